@@ -1,0 +1,446 @@
+"""Suites and threshold files (TOML): locating, inheriting, validating.
+
+Errors are :class:`ConfigError` carrying ``file:key`` so that the plugin can turn them into one
+``pytest.UsageError`` line a person can fix. Nothing here imports pytest.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_nvlink.model import PCIE_PATH_CLASSES, nvlink_count_of_path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+COLLECTIVE_OPS: tuple[str, ...] = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "all_to_all",
+    "sendrecv",
+)
+
+
+class ConfigError(Exception):
+    """A suite or threshold file that cannot be used; the message starts with ``file:key``."""
+
+
+def data_dir(kind: str) -> Path:
+    """Where the shipped ``suites`` or ``thresholds`` live: inside the wheel, else the source tree."""
+    for candidate in (PACKAGE_DIR / "_data" / kind, PACKAGE_DIR.parent / kind):
+        if candidate.is_dir():
+            return candidate
+    raise ConfigError(f"{PACKAGE_DIR}: shipped {kind}/ folder not found; the installation is incomplete")
+
+
+def shipped_names(kind: str) -> list[str]:
+    return sorted(p.stem for p in data_dir(kind).glob("*.toml"))
+
+
+# --- threshold schema -------------------------------------------------------------------------
+
+Check = Callable[[Any], str | None]
+
+
+def _int_range(low: int, high: int) -> Check:
+    def check(value: Any) -> str | None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"expected an integer, got {type(value).__name__}"
+        return None if low <= value <= high else f"{value} is outside {low}..{high}"
+
+    return check
+
+
+def _positive_number(value: Any) -> str | None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return f"expected a number, got {type(value).__name__}"
+    return None if value > 0 else f"{value} must be greater than 0"
+
+
+def _fraction(value: Any) -> str | None:
+    problem = _positive_number(value)
+    if problem is None and value > 1:
+        return f"{value} must be at most 1"
+    return problem
+
+
+def _boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"expected true or false, got {type(value).__name__}"
+
+
+def _text(value: Any) -> str | None:
+    return None if isinstance(value, str) and value.strip() else "expected a non-empty string"
+
+
+_COUNT = _int_range(0, 1 << 62)
+
+THRESHOLD_SCHEMA: dict[str, Check] = {
+    "sku.name": _text,
+    "nvlink.version": _int_range(1, 7),
+    "nvlink.active_links": _int_range(0, 36),
+    "nvlink.link_speed_min_gbps": _positive_number,
+    "nvlink_errors.replay_max": _COUNT,
+    "nvlink_errors.recovery_max": _COUNT,
+    "nvlink_errors.crc_flit_max": _COUNT,
+    "nvlink_errors.crc_data_max": _COUNT,
+    "nvlink_errors.ecc_data_max": _COUNT,
+    "pcie.generation_min": _int_range(1, 6),
+    "pcie.width_min": _int_range(1, 16),
+    "fabric.required": _boolean,
+    "p2p.unidirectional_min_gbps": _positive_number,
+    "p2p.bidirectional_min_gbps": _positive_number,
+    "p2p.latency_max_us": _positive_number,
+    "p2p.nvlink_counter_fraction_min": _fraction,
+    "p2p.counters_waived": _boolean,
+}
+for _op in COLLECTIVE_OPS:
+    THRESHOLD_SCHEMA[f"collectives.{_op}.size_mib"] = _int_range(1, 1 << 20)
+    THRESHOLD_SCHEMA[f"collectives.{_op}.busbw_min_gbps"] = _positive_number
+    THRESHOLD_SCHEMA[f"collectives.{_op}.assumes_nvls"] = _boolean
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One resolved threshold value and the file that set it."""
+
+    key: str
+    value: Any
+    file: Path
+
+    def where(self) -> str:
+        return f"{self.file.name}:{self.key}"
+
+
+@dataclass
+class Thresholds:
+    name: str
+    files: list[Path]
+    values: dict[str, Threshold] = field(default_factory=dict)
+
+    def get(self, key: str) -> Threshold | None:
+        return self.values.get(key)
+
+    def value(self, key: str, default: Any = None) -> Any:
+        found = self.values.get(key)
+        return default if found is None else found.value
+
+    def collectives(self) -> list[str]:
+        return [op for op in COLLECTIVE_OPS if f"collectives.{op}.busbw_min_gbps" in self.values]
+
+
+def _flatten(table: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in table.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _flatten(value, dotted + ".")
+        else:
+            yield dotted, value
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+
+
+def _threshold_path(ref: str, relative_to: Path | None) -> Path:
+    if ref.endswith(".toml") or "/" in ref:
+        path = Path(ref).expanduser()
+        return path if path.is_absolute() or relative_to is None else relative_to.parent / path
+    path = data_dir("thresholds") / f"{ref}.toml"
+    if not path.is_file():
+        known = ", ".join(shipped_names("thresholds"))
+        where = f"{relative_to}:extends" if relative_to else ref
+        raise ConfigError(f"{where}: unknown threshold set {ref!r}; shipped sets: {known}")
+    return path
+
+
+def _validate_threshold_file(path: Path, raw: dict[str, Any]) -> dict[str, Threshold]:
+    values: dict[str, Threshold] = {}
+    for key, value in _flatten(raw):
+        if key in ("schema", "extends"):
+            continue
+        check = THRESHOLD_SCHEMA.get(key)
+        if check is None:
+            raise ConfigError(f"{path}:{key}: unknown key")
+        problem = check(value)
+        if problem:
+            raise ConfigError(f"{path}:{key}: {problem}")
+        values[key] = Threshold(key, value, path)
+    if raw.get("schema", 1) != 1:
+        raise ConfigError(f"{path}:schema: version {raw.get('schema')!r} is not supported (expected 1)")
+    return values
+
+
+def load_thresholds(ref: str, site_file: Path | None = None) -> Thresholds:
+    """Resolve a threshold set through its ``extends`` chain, then lay a site file over it."""
+    chain = _extends_chain(_threshold_path(ref, None))
+    if site_file is not None:
+        site_raw = read_toml(site_file)
+        site_chain = _extends_chain(site_file, first_raw=site_raw) if "extends" in site_raw else [site_file]
+        chain += [p for p in site_chain if p not in chain]
+    result = Thresholds(name=ref, files=chain)
+    for path in chain:
+        result.values.update(_validate_threshold_file(path, read_toml(path)))
+    _check_consistency(result)
+    return result
+
+
+def _extends_chain(path: Path, first_raw: dict[str, Any] | None = None) -> list[Path]:
+    """Files from the root ancestor down to ``path``."""
+    chain: list[Path] = []
+    raw = first_raw if first_raw is not None else read_toml(path)
+    while True:
+        resolved = path.resolve()
+        if resolved in chain:
+            cycle = " -> ".join(p.name for p in [*chain, resolved])
+            raise ConfigError(f"{path}:extends: inheritance cycle ({cycle})")
+        chain.append(resolved)
+        parent = raw.get("extends")
+        if parent is None:
+            return list(reversed(chain))
+        if not isinstance(parent, str):
+            raise ConfigError(f"{path}:extends: expected the name of a threshold set")
+        path = _threshold_path(parent, path)
+        raw = read_toml(path)
+
+
+def _check_consistency(thresholds: Thresholds) -> None:
+    uni = thresholds.get("p2p.unidirectional_min_gbps")
+    bidi = thresholds.get("p2p.bidirectional_min_gbps")
+    if uni and bidi and bidi.value < uni.value:
+        raise ConfigError(
+            f"{bidi.file}:{bidi.key}: {bidi.value} GB/s is below the unidirectional minimum "
+            f"{uni.value} GB/s ({uni.where()}); a bidirectional figure counts both directions"
+        )
+    links = thresholds.get("nvlink.active_links")
+    speed = thresholds.get("nvlink.link_speed_min_gbps")
+    if links and links.value == 0 and speed is not None:
+        raise ConfigError(f"{speed.file}:{speed.key}: set for a SKU that expects no NVLink")
+
+
+# --- suites -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairExpectation:
+    a: int
+    b: int
+    path: str  # "NV12", "NV" (any NVLink), "PCIE" (any PCIe class) or one PCIe class
+
+
+@dataclass
+class Measure:
+    p2p_size_mib: int = 256
+    p2p_iterations: int = 20
+    p2p_warmup: int = 3
+    latency_iterations: int = 200
+    collective_iterations: int = 20
+    collective_warmup: int = 5
+    timeout_s: int = 600
+    pair_mode: str = "serial"  # "serial" | "concurrent"
+    collectives: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
+
+
+@dataclass
+class Suite:
+    name: str
+    file: Path
+    description: str
+    thresholds_ref: str
+    gpu_count: int
+    gpu_models: tuple[str, ...]
+    nvswitch: bool
+    default_path: str
+    pairs: dict[tuple[int, int], PairExpectation]
+    measure: Measure
+
+    def expected_path(self, a: int, b: int) -> str:
+        low, high = min(a, b), max(a, b)
+        found = self.pairs.get((low, high))
+        return found.path if found else self.default_path
+
+    def pair_expects_nvlink(self, a: int, b: int) -> bool:
+        return self.expected_path(a, b).startswith("NV")
+
+    def expects_any_nvlink(self) -> bool:
+        every = [(a, b) for a in range(self.gpu_count) for b in range(a + 1, self.gpu_count)]
+        return any(self.pair_expects_nvlink(a, b) for a, b in every)
+
+    def model_matches(self, name: str | None) -> bool:
+        return name is not None and any(m.lower() in name.lower() for m in self.gpu_models)
+
+
+def path_matches(expected: str, actual: str) -> bool:
+    if expected == "PCIE":
+        return actual in PCIE_PATH_CLASSES
+    if expected == "NV":
+        return nvlink_count_of_path(actual) is not None
+    return actual == expected
+
+
+def _valid_expected_path(value: Any) -> bool:
+    return isinstance(value, str) and (
+        value in ("PCIE", "NV", *PCIE_PATH_CLASSES) or nvlink_count_of_path(value) is not None
+    )
+
+
+_SUITE_KEYS = {"suite", "topology", "measure"}
+_SUITE_FIELDS = {"description", "thresholds", "gpu_count", "gpu_models", "nvswitch"}
+
+
+def resolve_suite_path(ref: str) -> Path:
+    """A shipped suite name, or a path to a suite file."""
+    if ref.endswith(".toml") or "/" in ref:
+        return Path(ref).expanduser()
+    path = data_dir("suites") / f"{ref}.toml"
+    if not path.is_file():
+        raise ConfigError(f"{ref}: unknown suite; shipped suites: {', '.join(shipped_names('suites'))}")
+    return path
+
+
+def load_suite(ref: str) -> Suite:
+    path = resolve_suite_path(ref)
+    raw = read_toml(path)
+    for key in raw:
+        if key not in _SUITE_KEYS:
+            raise ConfigError(f"{path}:{key}: unknown table (expected suite, topology, measure)")
+    head = _table(path, raw, "suite")
+    for key in head:
+        if key not in _SUITE_FIELDS:
+            raise ConfigError(f"{path}:suite.{key}: unknown key")
+    count = _require(path, head, "suite.gpu_count", _int_range(1, 1024))
+    models = head.get("gpu_models")
+    if not isinstance(models, list) or not models or not all(isinstance(m, str) and m for m in models):
+        raise ConfigError(f"{path}:suite.gpu_models: expected a non-empty list of model names")
+    return Suite(
+        name=path.stem,
+        file=path,
+        description=_require(path, head, "suite.description", _text),
+        thresholds_ref=_require(path, head, "suite.thresholds", _text),
+        gpu_count=count,
+        gpu_models=tuple(models),
+        nvswitch=bool(_require(path, head, "suite.nvswitch", _boolean)),
+        default_path=_default_path(path, raw),
+        pairs=_pair_expectations(path, raw, count),
+        measure=_measure(path, raw),
+    )
+
+
+def _table(path: Path, raw: dict[str, Any], name: str) -> dict[str, Any]:
+    table = raw.get(name, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}:{name}: expected a table")
+    return table
+
+
+def _require(path: Path, table: dict[str, Any], dotted: str, check: Check) -> Any:
+    key = dotted.rsplit(".", 1)[-1]
+    if key not in table:
+        raise ConfigError(f"{path}:{dotted}: required key missing")
+    problem = check(table[key])
+    if problem:
+        raise ConfigError(f"{path}:{dotted}: {problem}")
+    return table[key]
+
+
+def _default_path(path: Path, raw: dict[str, Any]) -> str:
+    topology = _table(path, raw, "topology")
+    unknown = set(topology) - {"default", "pairs"}
+    if unknown:
+        raise ConfigError(f"{path}:topology.{sorted(unknown)[0]}: unknown key")
+    value = topology.get("default")
+    if not _valid_expected_path(value):
+        raise ConfigError(f"{path}:topology.default: expected NV<n>, NV, PCIE or a PCIe class, got {value!r}")
+    return str(value)
+
+
+def _pair_expectations(path: Path, raw: dict[str, Any], count: int) -> dict[tuple[int, int], PairExpectation]:
+    entries = _table(path, raw, "topology").get("pairs", [])
+    if not isinstance(entries, list):
+        raise ConfigError(f"{path}:topology.pairs: expected an array of tables")
+    result: dict[tuple[int, int], PairExpectation] = {}
+    for i, entry in enumerate(entries):
+        where = f"{path}:topology.pairs[{i}]"
+        if not isinstance(entry, dict) or set(entry) != {"gpus", "path"}:
+            raise ConfigError(f"{where}: expected {{ gpus = [a, b], path = \"NV12\" }}")
+        gpus = entry["gpus"]
+        valid_gpus = isinstance(gpus, list) and len(gpus) == 2 and all(isinstance(g, int) for g in gpus)
+        if not valid_gpus or gpus[0] == gpus[1] or not all(0 <= g < count for g in gpus):
+            raise ConfigError(f"{where}.gpus: expected two different GPU indices below {count}, got {gpus!r}")
+        if not _valid_expected_path(entry["path"]):
+            raise ConfigError(f"{where}.path: expected NV<n>, NV, PCIE or a PCIe class, got {entry['path']!r}")
+        low, high = sorted(gpus)
+        if (low, high) in result:
+            raise ConfigError(f"{where}.gpus: pair ({low}, {high}) is listed twice")
+        result[(low, high)] = PairExpectation(low, high, entry["path"])
+    return result
+
+
+_MEASURE_CHECKS: dict[str, Check] = {
+    "p2p_size_mib": _int_range(1, 1 << 16),
+    "p2p_iterations": _int_range(1, 10_000),
+    "p2p_warmup": _int_range(0, 10_000),
+    "latency_iterations": _int_range(1, 1_000_000),
+    "collective_iterations": _int_range(1, 10_000),
+    "collective_warmup": _int_range(0, 10_000),
+    "timeout_s": _int_range(1, 86_400),
+}
+
+
+def _measure(path: Path, raw: dict[str, Any]) -> Measure:
+    table = _table(path, raw, "measure")
+    measure = Measure()
+    for key, value in table.items():
+        where = f"{path}:measure.{key}"
+        if key in _MEASURE_CHECKS:
+            problem = _MEASURE_CHECKS[key](value)
+            if problem:
+                raise ConfigError(f"{where}: {problem}")
+            setattr(measure, key, value)
+        elif key == "pair_mode":
+            if value not in ("serial", "concurrent"):
+                raise ConfigError(f"{where}: expected \"serial\" or \"concurrent\", got {value!r}")
+            measure.pair_mode = value
+        elif key == "collectives":
+            if not isinstance(value, list) or any(op not in COLLECTIVE_OPS for op in value):
+                raise ConfigError(f"{where}: expected a list drawn from {', '.join(COLLECTIVE_OPS)}")
+            measure.collectives = tuple(value)
+        else:
+            raise ConfigError(f"{where}: unknown key")
+    return measure
+
+
+def suite_summaries() -> list[tuple[str, str]]:
+    """(name, one-line description) for every shipped suite; broken files say so instead."""
+    rows = []
+    for name in shipped_names("suites"):
+        try:
+            rows.append((name, load_suite(name).description))
+        except ConfigError as exc:
+            rows.append((name, f"unreadable: {exc}"))
+    return rows
+
+
+def pick_suite_for(model: str | None, count: int) -> str | None:
+    """The shipped suite whose accepted models and GPU count fit a probed node."""
+    for name in shipped_names("suites"):
+        suite = load_suite(name)
+        if suite.gpu_count == count and suite.model_matches(model):
+            return name
+    return None

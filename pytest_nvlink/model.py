@@ -1,0 +1,246 @@
+"""The node model: one shape for what a live probe, a replayed snapshot and parsed evidence know.
+
+Every fact is optional. ``None`` means "this source could not tell", which the checks turn into a
+failure (fail closed) rather than a pass. Pairs are stored as lists of records, not tuple-keyed
+dicts, so that the model round-trips through JSON unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+# Path classes as nvidia-smi topo -m prints them, best first; NV# is handled separately.
+PCIE_PATH_CLASSES: tuple[str, ...] = ("PIX", "PXB", "PHB", "NODE", "SYS")
+ERROR_COUNTER_NAMES: tuple[str, ...] = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")
+P2P_CAPABILITIES: tuple[str, ...] = ("read", "write", "nvlink", "atomics")
+
+_NV_PATH = re.compile(r"^NV(\d+)$")
+
+
+def nvlink_count_of_path(path: str) -> int | None:
+    """Number of bonded NVLinks in a path class such as ``NV18``; None for PCIe classes."""
+    match = _NV_PATH.match(path)
+    return int(match.group(1)) if match else None
+
+
+def is_known_path_class(path: str) -> bool:
+    return path in PCIE_PATH_CLASSES or path == "X" or nvlink_count_of_path(path) is not None
+
+
+def gpu_id(index: int) -> str:
+    return f"gpu{index}"
+
+
+def pair_id(a: int, b: int) -> str:
+    return f"gpu{a}-gpu{b}"
+
+
+def normalize_pci_bus_id(raw: str) -> str:
+    """Canonical ``dddd:bb:dd.f`` lower-case form of an NVML, sysfs or NCCL bus id.
+
+    NVML pads the domain to 8 hex digits and upper-cases; sysfs and NCCL use 4 lower-case
+    digits. Comparing strings across sources would silently mismatch, so every source
+    normalizes through here.
+    """
+    text = raw.strip().lower()
+    match = re.fullmatch(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.([0-7]))?", text)
+    if not match:
+        raise ValueError(f"not a PCI bus id: {raw!r}")
+    domain, bus, device, function = match.groups()
+    return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{int(function or '0')}"
+
+
+@dataclass
+class NvLinkInfo:
+    """One NVLink of one GPU."""
+
+    link: int
+    active: bool | None = None
+    version: int | None = None  # NVLink generation (4 on H100), not NVML's enum value
+    speed_gbps: float | None = None  # per direction, GB/s = 1e9 bytes/s
+    remote_type: str | None = None  # "gpu" | "switch" | "ibmnpu" | "unknown"
+    remote_pci_bus_id: str | None = None
+    errors: dict[str, int] | None = None  # keys from ERROR_COUNTER_NAMES
+
+
+@dataclass
+class FabricInfo:
+    """NVSwitch fabric registration as NVML reports it (Hopper and newer)."""
+
+    state: str  # "not_supported" | "not_started" | "in_progress" | "completed"
+    status: str | None = None  # "success" or an NVML error name; meaningful when completed
+    clique_id: int | None = None
+    cluster_uuid: str | None = None
+    degraded_bandwidth: bool | None = None
+
+
+@dataclass
+class Gpu:
+    """One GPU, indexed as NVML and nvidia-smi number it."""
+
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    cuda_index: int | None = None  # CUDA's numbering differs from NVML's; joined by UUID/PCI
+    serial: str | None = None
+    vbios: str | None = None
+    numa_node: int | None = None
+    cpu_affinity: str | None = None
+    pcie_gen_current: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_gen_gpu_max: int | None = None
+    pcie_width_current: int | None = None
+    pcie_width_max: int | None = None
+    # None: the source could not tell; []: the GPU has no NVLink.
+    nvlinks: list[NvLinkInfo] | None = None
+    fabric: FabricInfo | None = None
+    virtualization_mode: str | None = None  # "none" | "passthrough" | "vgpu" | "host_vgpu" | ...
+
+    def active_link_count(self) -> int | None:
+        if self.nvlinks is None or any(link.active is None for link in self.nvlinks):
+            return None
+        return sum(1 for link in self.nvlinks if link.active)
+
+
+@dataclass
+class PairPath:
+    """The path class between two GPUs (unordered, a < b), as nvidia-smi topo -m prints it."""
+
+    a: int
+    b: int
+    path: str  # "NV18", "PIX", "PXB", "PHB", "NODE", "SYS"
+
+
+@dataclass
+class P2PStatus:
+    """NVML P2P status for the ordered pair src -> dst; each value "ok" or the NVML reason."""
+
+    src: int
+    dst: int
+    read: str | None = None
+    write: str | None = None
+    nvlink: str | None = None
+    atomics: str | None = None
+
+    def get(self, capability: str) -> str | None:
+        value: str | None = getattr(self, capability)
+        return value
+
+
+@dataclass
+class P2PMeasurement:
+    """One figure measured between two GPUs: unidirectional/bidirectional GB/s or latency in µs."""
+
+    src: int
+    dst: int
+    kind: str  # "unidirectional" | "bidirectional" | "latency"
+    value: float | None  # GB/s for bandwidth, µs for latency; None when it could not be measured
+    unit: str
+    bytes_copied: int | None = None
+    nvlink_bytes: int | None = None  # NVLink counter delta summed over both GPUs' TX
+    pcie_bytes: int | None = None  # PCIe counter delta summed over both GPUs' TX
+    counters_note: str | None = None  # why counters are missing, when they are
+    can_access_peer: bool | None = None
+    error: str | None = None
+    source: str | None = None  # e.g. "torch", "p2pBandwidthLatencyTest: file.txt"
+
+
+@dataclass
+class CollectiveMeasurement:
+    """One collective at one size, with nccl-tests' algbw/busbw definitions."""
+
+    op: str  # "all_reduce" | "all_gather" | "reduce_scatter" | "broadcast" | "all_to_all" | "sendrecv"
+    size_bytes: int
+    world_size: int
+    time_us: float | None
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    correct: bool | None = None
+    backend: str | None = None
+    nvls_available: bool | None = None
+    error: str | None = None
+    source: str | None = None
+
+
+@dataclass
+class TransportChannel:
+    """One NCCL channel connection as the INFO log states it."""
+
+    channel: int
+    src_rank: int
+    src_dev: int
+    dst_rank: int
+    dst_dev: int
+    transport: str  # "P2P", "SHM", "NET", "NVLS", "COLLNET"
+    detail: str  # the text after "via", e.g. "P2P/CUMEM/read"
+
+
+@dataclass
+class NcclAudit:
+    """What NCCL's own log says about the transports it picked."""
+
+    channels: list[TransportChannel] = field(default_factory=list)
+    nvls_available: bool | None = None
+    nvls_channels: int | None = None
+    p2p_disabled_warnings: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    last_warn: str | None = None
+    source: str | None = None
+
+
+@dataclass
+class Measurements:
+    p2p: list[P2PMeasurement] = field(default_factory=list)
+    collectives: list[CollectiveMeasurement] = field(default_factory=list)
+    nccl: NcclAudit | None = None
+
+
+@dataclass
+class Node:
+    """Everything known about one server, whichever source it came from."""
+
+    source: str  # "live" | "replay" | "evidence"
+    host: str | None = None
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    nvml_version: str | None = None
+    hypervisor: bool | None = None
+    gpus: list[Gpu] = field(default_factory=list)
+    paths: list[PairPath] | None = None
+    p2p: list[P2PStatus] | None = None
+    nvlink_bw_mode: str | None = None
+    fabric_manager_note: str | None = None
+    # Problems that stopped the source from answering at all (no driver, NVML missing, ...).
+    probe_errors: list[str] = field(default_factory=list)
+    # Per-fact notes on why something is unknown, keyed like "gpu3.nvlinks" or "paths".
+    unknown_reasons: dict[str, str] = field(default_factory=dict)
+    # Where each family of facts came from (file names for evidence), keyed like "paths".
+    provenance: dict[str, str] = field(default_factory=dict)
+    measurements: Measurements = field(default_factory=Measurements)
+
+    def gpu(self, index: int) -> Gpu | None:
+        return next((gpu for gpu in self.gpus if gpu.index == index), None)
+
+    def path(self, a: int, b: int) -> str | None:
+        if self.paths is None:
+            return None
+        low, high = min(a, b), max(a, b)
+        return next((p.path for p in self.paths if p.a == low and p.b == high), None)
+
+    def p2p_status(self, src: int, dst: int) -> P2PStatus | None:
+        if self.p2p is None:
+            return None
+        return next((s for s in self.p2p if s.src == src and s.dst == dst), None)
+
+    def virtualization(self) -> str | None:
+        """The strongest virtualization mode any GPU reports, or None if none reports one."""
+        modes = {gpu.virtualization_mode for gpu in self.gpus if gpu.virtualization_mode}
+        for mode in ("vgpu", "passthrough", "host_vgpu", "host_vsga"):
+            if mode in modes:
+                return mode
+        return "none" if modes else None
+
+    def unknown_reason(self, key: str, default: str) -> str:
+        return self.unknown_reasons.get(key, default)

@@ -1,0 +1,69 @@
+"""The outcome of one check, independent of pytest: pass, fail or not-applicable, with evidence.
+
+Checks build a :class:`Verdict`; the plugin turns it into a pass, ``pytest.fail`` or
+``pytest.skip`` and copies its properties into the JUnit report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from pytest_nvlink.config import Threshold
+
+
+class Outcome(Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    NOT_APPLICABLE = "not_applicable"  # the suite says this check does not apply
+    NO_EVIDENCE = "no_evidence"  # evidence files do not cover it; fails unless the user allows skips
+
+
+@dataclass
+class Verdict:
+    outcome: Outcome
+    message: str
+    properties: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.PASS
+
+
+def measured_properties(
+    measured: object,
+    expected: str,
+    unit: str,
+    threshold: Threshold | None = None,
+) -> list[tuple[str, str]]:
+    props = [("measured", _text(measured)), ("expected", expected), ("unit", unit)]
+    if threshold is not None:
+        props += [("threshold_key", threshold.key), ("threshold_file", str(threshold.file))]
+    return props
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return "unknown"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def passed(message: str, props: list[tuple[str, str]]) -> Verdict:
+    return Verdict(Outcome.PASS, message, props)
+
+
+def failed(message: str, props: list[tuple[str, str]]) -> Verdict:
+    return Verdict(Outcome.FAIL, message, props)
+
+
+def not_applicable(message: str) -> Verdict:
+    return Verdict(Outcome.NOT_APPLICABLE, message)
+
+
+def unknown(source: str, what: str, reason: str, props: list[tuple[str, str]]) -> Verdict:
+    """A fact the source could not give: a failure, or "no evidence" when judging files."""
+    if source == "evidence":
+        return Verdict(Outcome.NO_EVIDENCE, f"no evidence for {what}: {reason}", props)
+    return Verdict(Outcome.FAIL, f"could not determine {what}: {reason}", props)
