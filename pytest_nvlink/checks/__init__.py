@@ -1,0 +1,1 @@
+"""Shipped acceptance checks, collected when ``--nvlink-suite`` is given without paths."""

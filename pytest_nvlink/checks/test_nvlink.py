@@ -1,0 +1,31 @@
+"""NVLink per GPU: active links, generation, per-link speed and error counters."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from pytest_nvlink import judges
+from pytest_nvlink.judges import Context
+from pytest_nvlink.verdict import Verdict
+
+pytestmark = pytest.mark.nvlink("nvlink")
+
+
+def test_nvlink_active_links(
+    nvlink_context: Context, nvlink_gpu_index: int, nvlink_judge: Callable[[Verdict], None]
+) -> None:
+    nvlink_judge(judges.nvlink_active_links(nvlink_context, nvlink_gpu_index))
+
+
+def test_nvlink_version(nvlink_context: Context, nvlink_gpu_index: int, nvlink_judge: Callable[[Verdict], None]) -> None:
+    nvlink_judge(judges.nvlink_version(nvlink_context, nvlink_gpu_index))
+
+
+def test_nvlink_speed(nvlink_context: Context, nvlink_gpu_index: int, nvlink_judge: Callable[[Verdict], None]) -> None:
+    nvlink_judge(judges.nvlink_speed(nvlink_context, nvlink_gpu_index))
+
+
+def test_nvlink_errors(nvlink_context: Context, nvlink_gpu_index: int, nvlink_judge: Callable[[Verdict], None]) -> None:
+    nvlink_judge(judges.nvlink_errors(nvlink_context, nvlink_gpu_index))

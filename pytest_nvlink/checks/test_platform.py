@@ -1,0 +1,21 @@
+"""Platform: NVSwitch fabric registration (Fabric Manager) and the PCIe link of every GPU."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from pytest_nvlink import judges
+from pytest_nvlink.judges import Context
+from pytest_nvlink.verdict import Verdict
+
+pytestmark = pytest.mark.nvlink("platform")
+
+
+def test_fabric(nvlink_context: Context, nvlink_gpu_index: int, nvlink_judge: Callable[[Verdict], None]) -> None:
+    nvlink_judge(judges.fabric(nvlink_context, nvlink_gpu_index))
+
+
+def test_pcie_link(nvlink_context: Context, nvlink_gpu_index: int, nvlink_judge: Callable[[Verdict], None]) -> None:
+    nvlink_judge(judges.pcie_link(nvlink_context, nvlink_gpu_index))

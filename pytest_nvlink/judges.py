@@ -1,0 +1,373 @@
+"""Topology and health verdicts: node facts against the suite and the SKU's thresholds.
+
+Each function judges one GPU or one pair and returns a :class:`Verdict` whose message is one
+sentence: what was seen, what was expected and from which file and key, and the likely cause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pytest_nvlink.config import Suite, Threshold, Thresholds, path_matches
+from pytest_nvlink.model import ERROR_COUNTER_NAMES, Gpu, Node, nvlink_count_of_path
+from pytest_nvlink.verdict import (
+    Verdict,
+    failed,
+    measured_properties,
+    not_applicable,
+    passed,
+    unknown,
+)
+
+
+@dataclass
+class Context:
+    node: Node
+    suite: Suite
+    thresholds: Thresholds
+
+    def suite_where(self, key: str) -> str:
+        return f"{self.suite.file.name}:{key}"
+
+    def missing_gpu(self, index: int) -> Verdict:
+        found = len(self.node.gpus)
+        return failed(
+            f"GPU {index} is expected by suite {self.suite.name} ({self.suite_where('suite.gpu_count')} = "
+            f"{self.suite.gpu_count}) but only {found} GPU(s) were found; likely cause: a GPU fell off the bus "
+            "(check dmesg for Xid 79), is hidden by CUDA_VISIBLE_DEVICES/the container runtime, or was not "
+            "passed through to this VM",
+            measured_properties(found, str(self.suite.gpu_count), "GPUs"),
+        )
+
+
+def gpu_properties(gpu: Gpu) -> list[tuple[str, str]]:
+    props = [("gpu_index", str(gpu.index))]
+    props += [(key, value) for key, value in (("gpu_uuid", gpu.uuid), ("gpu_serial", gpu.serial)) if value]
+    return props
+
+
+# --- inventory --------------------------------------------------------------------------------
+
+
+def gpu_count(ctx: Context) -> Verdict:
+    expected, found = ctx.suite.gpu_count, len(ctx.node.gpus)
+    props = measured_properties(found, str(expected), "GPUs")
+    if ctx.node.probe_errors and found == 0:
+        reason = "; ".join(ctx.node.probe_errors)
+        return failed(f"expected {expected} GPUs, found 0: {reason}", props)
+    if found < expected:
+        return failed(
+            f"expected {expected} GPUs ({ctx.suite_where('suite.gpu_count')}), found {found}; likely cause: a GPU "
+            "fell off the bus (dmesg Xid 79), is hidden by CUDA_VISIBLE_DEVICES or the container runtime, or was "
+            "not passed through to this VM",
+            props,
+        )
+    if found > expected:
+        return failed(
+            f"expected {expected} GPUs ({ctx.suite_where('suite.gpu_count')}), found {found}: this node is not the "
+            f"shape suite {ctx.suite.name} describes; pick the matching suite (--nvlink-suite=auto)",
+            props,
+        )
+    return passed(f"{found} GPUs found as expected", props)
+
+
+def gpu_model(ctx: Context, index: int) -> Verdict:
+    gpu = ctx.node.gpu(index)
+    if gpu is None:
+        return ctx.missing_gpu(index)
+    accepted = " | ".join(ctx.suite.gpu_models)
+    props = measured_properties(gpu.name, accepted, "model") + gpu_properties(gpu)
+    if gpu.name is None:
+        return unknown(ctx.node.source, f"the model of GPU {index}", ctx.node.unknown_reason(
+            f"gpu{index}.name", "the source does not name it"), props)
+    if not ctx.suite.model_matches(gpu.name):
+        return failed(
+            f"GPU {index} is a {gpu.name!r}, not one of the models suite {ctx.suite.name} accepts ({accepted}, "
+            f"{ctx.suite_where('suite.gpu_models')}); pick the matching suite or --nvlink-suite=auto",
+            props,
+        )
+    return passed(f"GPU {index} is a {gpu.name}", props)
+
+
+def driver(ctx: Context) -> Verdict:
+    props = measured_properties(ctx.node.driver_version, "a loaded NVIDIA driver", "version")
+    if ctx.node.driver_version is None:
+        return unknown(ctx.node.source, "the NVIDIA driver version",
+                       ctx.node.unknown_reason("driver", "the source does not report it"), props)
+    return passed(f"driver {ctx.node.driver_version}", props)
+
+
+# --- NVLink per GPU ---------------------------------------------------------------------------
+
+
+def _nvlink_threshold(ctx: Context, key: str) -> Threshold | None:
+    return ctx.thresholds.get(f"nvlink.{key}")
+
+
+def nvlink_active_links(ctx: Context, index: int) -> Verdict:
+    gpu = ctx.node.gpu(index)
+    if gpu is None:
+        return ctx.missing_gpu(index)
+    threshold = _nvlink_threshold(ctx, "active_links")
+    if threshold is None:
+        return not_applicable(f"{ctx.thresholds.name} sets no nvlink.active_links")
+    expected = int(threshold.value)
+    active = gpu.active_link_count()
+    props = measured_properties(active, str(expected), "links", threshold) + gpu_properties(gpu)
+    if active is None:
+        return unknown(ctx.node.source, f"the NVLink state of GPU {index}",
+                       ctx.node.unknown_reason(f"gpu{index}.nvlinks", "NVLink state not reported"), props)
+    if active == expected:
+        return passed(f"GPU {index}: {active} NVLinks active", props)
+    return failed(_links_message(ctx, gpu, active, expected, threshold), props)
+
+
+def _links_message(ctx: Context, gpu: Gpu, active: int, expected: int, threshold: Threshold) -> str:
+    head = f"GPU {gpu.index}: {active} of {expected} NVLinks active ({threshold.where()})"
+    if expected == 0:
+        return f"{head}; this SKU has no NVLink, so the GPU is not the model the suite describes"
+    inactive = [link.link for link in gpu.nvlinks or [] if link.active is False]
+    if active == 0 and ctx.node.virtualization() in ("passthrough", "vgpu"):
+        return (f"{head}; this is a {ctx.node.virtualization()} VM guest that hides NVLink, so GPU traffic falls "
+                "back silently to PCIe: ask the provider for NVLink/NVSwitch passthrough (Fabric Manager "
+                "full-passthrough or shared-NVSwitch partition)")
+    if active == 0:
+        return (f"{head}; likely cause: NVLink is not trained (Fabric Manager not running on an NVSwitch "
+                "system, or a driver/firmware mismatch): check `systemctl status nvidia-fabricmanager` and "
+                "`nvidia-smi nvlink -s`")
+    listed = ", ".join(str(n) for n in inactive) if inactive else "unknown"
+    return (f"{head}, inactive link(s): {listed}; likely cause: a link down (bad cable/board connector or "
+            "NVSwitch port): check `nvidia-smi nvlink -s -i "
+            f"{gpu.index}` and dmesg for Xid 74, then reseat or RMA")
+
+
+def nvlink_version(ctx: Context, index: int) -> Verdict:
+    gpu = ctx.node.gpu(index)
+    if gpu is None:
+        return ctx.missing_gpu(index)
+    threshold = _nvlink_threshold(ctx, "version")
+    if threshold is None or not _expects_links(ctx):
+        return not_applicable(f"{ctx.thresholds.name} sets no NVLink version")
+    active = [link for link in gpu.nvlinks or [] if link.active]
+    versions = sorted({link.version for link in active if link.version is not None})
+    props = measured_properties(",".join(map(str, versions)) or None, str(threshold.value), "NVLink generation",
+                                threshold) + gpu_properties(gpu)
+    if not active or len(versions) == 0 or any(link.version is None for link in active):
+        return unknown(ctx.node.source, f"the NVLink version of GPU {index}",
+                       ctx.node.unknown_reason(f"gpu{index}.nvlinks", "no active link reports a version"), props)
+    if versions != [threshold.value]:
+        return failed(
+            f"GPU {index}: NVLink generation {versions} on active links, expected {threshold.value} "
+            f"({threshold.where()}); likely cause: a different SKU than the suite describes, or links trained "
+            "at a fallback version",
+            props,
+        )
+    return passed(f"GPU {index}: NVLink {threshold.value}", props)
+
+
+def _expects_links(ctx: Context) -> bool:
+    return int(ctx.thresholds.value("nvlink.active_links", 0)) > 0
+
+
+def nvlink_speed(ctx: Context, index: int) -> Verdict:
+    gpu = ctx.node.gpu(index)
+    if gpu is None:
+        return ctx.missing_gpu(index)
+    threshold = _nvlink_threshold(ctx, "link_speed_min_gbps")
+    if threshold is None or not _expects_links(ctx):
+        return not_applicable(f"{ctx.thresholds.name} sets no nvlink.link_speed_min_gbps")
+    active = [link for link in gpu.nvlinks or [] if link.active]
+    speeds = [link.speed_gbps for link in active]
+    known = [s for s in speeds if s is not None]
+    slowest = min(known) if known else None
+    props = measured_properties(slowest, f">= {threshold.value}", "GB/s", threshold) + gpu_properties(gpu)
+    if not active or len(known) != len(speeds):
+        return unknown(ctx.node.source, f"the NVLink speed of GPU {index}",
+                       ctx.node.unknown_reason(f"gpu{index}.nvlinks", "no per-link speed reported"), props)
+    slow = [link.link for link in active if link.speed_gbps is not None and link.speed_gbps < threshold.value]
+    if slow:
+        return failed(
+            f"GPU {index}: link(s) {', '.join(map(str, slow))} run at {slowest:.3f} GB/s, below "
+            f"{threshold.value} GB/s ({threshold.where()}); likely cause: links trained at reduced speed or a "
+            "reduced NVLink bandwidth mode (nvidia-smi nvlink -gbm) — check cabling and nvlink -s",
+            props,
+        )
+    return passed(f"GPU {index}: slowest active link {slowest:.3f} GB/s", props)
+
+
+def nvlink_errors(ctx: Context, index: int) -> Verdict:
+    gpu = ctx.node.gpu(index)
+    if gpu is None:
+        return ctx.missing_gpu(index)
+    limits = {name: ctx.thresholds.get(f"nvlink_errors.{name}_max") for name in ERROR_COUNTER_NAMES}
+    if not _expects_links(ctx) or all(v is None for v in limits.values()):
+        return not_applicable(f"{ctx.thresholds.name} expects no NVLink error counters")
+    totals = _error_totals(gpu)
+    props = gpu_properties(gpu) + [(f"errors_{k}", str(v)) for k, v in sorted(totals.items())]
+    if not totals:
+        return unknown(ctx.node.source, f"the NVLink error counters of GPU {index}",
+                       ctx.node.unknown_reason(f"gpu{index}.nvlink_errors", "no counter reported"), props)
+    over = [(name, totals[name], limit) for name, limit in limits.items()
+            if limit is not None and name in totals and totals[name] > limit.value]
+    if over:
+        name, value, limit = over[0]
+        worst = _worst_link(gpu, name)
+        return failed(
+            f"GPU {index}: NVLink {name} errors {value} (worst on link {worst}) exceed {limit.value} "
+            f"({limit.where()}); likely cause: a marginal link (cable, connector or NVSwitch port): watch "
+            "`nvidia-smi nvlink -e` under load and plan a reseat/RMA",
+            props + measured_properties(value, f"<= {limit.value}", "errors", limit),
+        )
+    return passed(f"GPU {index}: NVLink error counters within limits", props)
+
+
+def _error_totals(gpu: Gpu) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for link in gpu.nvlinks or []:
+        for name, value in (link.errors or {}).items():
+            totals[name] = totals.get(name, 0) + value
+    return totals
+
+
+def _worst_link(gpu: Gpu, counter: str) -> int | None:
+    counted = [(link.errors or {}).get(counter, 0) for link in gpu.nvlinks or []]
+    if not counted:
+        return None
+    return (gpu.nvlinks or [])[counted.index(max(counted))].link
+
+
+# --- fabric and PCIe --------------------------------------------------------------------------
+
+
+def fabric(ctx: Context, index: int) -> Verdict:
+    gpu = ctx.node.gpu(index)
+    if gpu is None:
+        return ctx.missing_gpu(index)
+    threshold = ctx.thresholds.get("fabric.required")
+    if threshold is None or threshold.value is not True:
+        return not_applicable(f"{ctx.thresholds.name} does not require an NVSwitch fabric (fabric.required)")
+    info = gpu.fabric
+    props = measured_properties(info.state if info else None, "completed/success", "fabric state",
+                                threshold) + gpu_properties(gpu)
+    if info is None:
+        return unknown(ctx.node.source, f"the NVSwitch fabric state of GPU {index}",
+                       ctx.node.unknown_reason(f"gpu{index}.fabric", "fabric state not reported"), props)
+    if info.state != "completed" or info.status != "success":
+        shown = info.state if info.state != "completed" else f"completed with status {info.status}"
+        return failed(
+            f"GPU {index}: NVSwitch fabric registration is {shown}, expected completed/success "
+            f"({threshold.where()}); likely cause: Fabric Manager is not running or failed — check "
+            "`systemctl status nvidia-fabricmanager` and that its version matches the driver "
+            f"{ctx.node.driver_version or ''}".rstrip(),
+            props,
+        )
+    if info.degraded_bandwidth:
+        return failed(
+            f"GPU {index}: fabric reports degraded NVLink bandwidth (healthMask DEGRADED_BW) although "
+            f"registration completed ({threshold.where()}); likely cause: NVSwitch links down — check the Fabric "
+            "Manager log",
+            props,
+        )
+    return passed(f"GPU {index}: fabric registration completed", props)
+
+
+def pcie_link(ctx: Context, index: int) -> Verdict:
+    gpu = ctx.node.gpu(index)
+    if gpu is None:
+        return ctx.missing_gpu(index)
+    gen_t, width_t = ctx.thresholds.get("pcie.generation_min"), ctx.thresholds.get("pcie.width_min")
+    if gen_t is None and width_t is None:
+        return not_applicable(f"{ctx.thresholds.name} sets no PCIe minimum")
+    # The current generation drops while idle (NVML facts §2.8), so the trained maximum is judged.
+    measured = f"Gen{gpu.pcie_gen_max} x{gpu.pcie_width_max}"
+    expected = f"Gen{gen_t.value if gen_t else '?'} x{width_t.value if width_t else '?'}"
+    props = measured_properties(measured, f">= {expected}", "PCIe link", gen_t or width_t) + gpu_properties(gpu)
+    if (gen_t and gpu.pcie_gen_max is None) or (width_t and gpu.pcie_width_max is None):
+        return unknown(ctx.node.source, f"the PCIe link of GPU {index}",
+                       ctx.node.unknown_reason(f"gpu{index}.pcie", "PCIe link not reported"), props)
+    low_gen = gen_t is not None and gpu.pcie_gen_max is not None and gpu.pcie_gen_max < gen_t.value
+    low_width = width_t is not None and gpu.pcie_width_max is not None and gpu.pcie_width_max < width_t.value
+    if low_gen or low_width:
+        where = (gen_t if low_gen else width_t)
+        assert where is not None
+        return failed(
+            f"GPU {index}: PCIe link trained at {measured}, below {expected} ({where.where()}); likely cause: "
+            "a riser/slot or BIOS setting limiting the link — check `lspci -vv` LnkSta and the slot's BIOS "
+            "PCIe speed",
+            props,
+        )
+    return passed(f"GPU {index}: PCIe {measured}", props)
+
+
+# --- pairs ------------------------------------------------------------------------------------
+
+
+def pair_path(ctx: Context, a: int, b: int) -> Verdict:
+    missing = [i for i in (a, b) if ctx.node.gpu(i) is None]
+    if missing:
+        return ctx.missing_gpu(missing[0])
+    expected = ctx.suite.expected_path(a, b)
+    key = "topology.pairs" if (min(a, b), max(a, b)) in ctx.suite.pairs else "topology.default"
+    actual = ctx.node.path(a, b)
+    props = measured_properties(actual, expected, "path class") + [
+        ("suite_key", ctx.suite_where(key)), ("gpu_a", str(a)), ("gpu_b", str(b))]
+    if actual is None:
+        return unknown(ctx.node.source, f"the path between GPU {a} and GPU {b}",
+                       ctx.node.unknown_reason(f"pair{a}-{b}.path", ctx.node.unknown_reason(
+                           "paths", "topology not reported")), props)
+    if path_matches(expected, actual):
+        return passed(f"GPU {a} <-> GPU {b}: {actual}", props)
+    return failed(_path_message(ctx, a, b, actual, expected, key), props)
+
+
+def _path_message(ctx: Context, a: int, b: int, actual: str, expected: str, key: str) -> str:
+    head = f"GPU {a} <-> GPU {b}: path is {actual}, expected {expected} ({ctx.suite_where(key)})"
+    got_links, want_links = nvlink_count_of_path(actual), nvlink_count_of_path(expected)
+    if expected.startswith("NV") and got_links is None:
+        mode = ctx.node.virtualization()
+        vm = f"this node is a {mode} VM guest, " if mode in ("passthrough", "vgpu") or ctx.node.hypervisor else ""
+        return (f"{head}: silent PCIe fallback — {vm}traffic between these GPUs crosses PCIe/host memory instead "
+                "of NVLink; check that NVLink/NVSwitch are passed through (host `nvidia-smi topo -m` must show "
+                "NV#), that Fabric Manager runs, and for A100 vGPU that UVM is disabled")
+    if want_links is not None and got_links is not None and got_links < want_links:
+        return (f"{head}: {want_links - got_links} NVLink(s) missing between them; likely cause: a link down on "
+                "one of the two GPUs (see the nvlink_active_links results)")
+    if got_links is not None and not expected.startswith("NV"):
+        return f"{head}: NVLink found where the suite expects PCIe, so the node is not the shape the suite describes"
+    return f"{head}: the PCIe placement differs from the suite (different slots or a different board)"
+
+
+_P2P_CAPS_ON_NVLINK: tuple[str, ...] = ("read", "write", "nvlink")
+
+
+def p2p_status(ctx: Context, src: int, dst: int) -> Verdict:
+    missing = [i for i in (src, dst) if ctx.node.gpu(i) is None]
+    if missing:
+        return ctx.missing_gpu(missing[0])
+    if not ctx.suite.pair_expects_nvlink(src, dst):
+        return not_applicable(f"suite {ctx.suite.name} expects a PCIe path between GPU {src} and GPU {dst}; "
+                              "P2P over PCIe is not required")
+    status = ctx.node.p2p_status(src, dst)
+    shown = {cap: (status.get(cap) if status else None) for cap in _P2P_CAPS_ON_NVLINK}
+    props = [("measured", ",".join(f"{k}={v}" for k, v in shown.items())), ("expected", "read,write,nvlink=ok"),
+             ("unit", "P2P status"), ("gpu_src", str(src)), ("gpu_dst", str(dst))]
+    if any(v is None for v in shown.values()):
+        return unknown(ctx.node.source, f"the P2P status GPU {src} -> GPU {dst}",
+                       ctx.node.unknown_reason(f"pair{src}-{dst}.p2p", ctx.node.unknown_reason(
+                           "p2p", "P2P status not reported")), props)
+    bad = {cap: value for cap, value in shown.items() if value != "ok"}
+    if not bad:
+        return passed(f"GPU {src} -> GPU {dst}: P2P read/write/NVLink ok", props)
+    detail = ", ".join(f"{cap} {value}" for cap, value in bad.items())
+    return failed(f"GPU {src} -> GPU {dst}: P2P not usable ({detail}) although the suite expects "
+                  f"{ctx.suite.expected_path(src, dst)}; likely cause: {_p2p_cause(bad)}", props)
+
+
+def _p2p_cause(bad: dict[str, str]) -> str:
+    values = set(bad.values())
+    if "disabled_by_regkey" in values:
+        return ("P2P disabled by a driver registry key (RMForceP2PType / NVreg options in /etc/modprobe.d) — "
+                "remove it and reload the driver")
+    if values & {"chipset_not_supported", "ioh_topology_not_supported"}:
+        return "the platform (chipset/IOMMU/ACS or a VM) blocks P2P — check ACS and IOMMU settings"
+    return "P2P is not enabled between these GPUs — check Fabric Manager and `nvidia-smi topo -p2p rw`"

@@ -1,0 +1,283 @@
+"""pytest adapter for pytest-nvlink: options, collection of the shipped checks, fixtures, reports.
+
+Inert unless ``--nvlink-suite`` (or the ``nvlink_suite`` ini key) is given: no probe, no torch
+or pynvml import, no extra tests. Everything that is not pytest glue lives in other modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterator
+from itertools import combinations, permutations
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_nvlink.config import ConfigError
+from pytest_nvlink.judges import Context
+from pytest_nvlink.model import Node, gpu_id, pair_id
+from pytest_nvlink.run import Run, RunOptions, build_run
+from pytest_nvlink.verdict import Outcome, Verdict
+
+CHECKS_DIR = Path(__file__).resolve().parent / "checks"
+RUN_KEY = pytest.StashKey[Run]()
+MEASURE_KEY = pytest.StashKey[Any]()
+
+_OPTIONS: tuple[tuple[str, str, str], ...] = (
+    ("suite", "string", "suite to accept against: a shipped name, a path to a suite .toml, or 'auto'"),
+    ("thresholds", "string", "site threshold .toml laid over the suite's shipped thresholds"),
+    ("replay", "string", "judge a saved snapshot JSON instead of probing this machine"),
+    ("save", "string", "write the probed node (and measurements) as snapshot JSON to this file"),
+    ("evidence-missing", "string", "when evidence files do not cover a check: 'fail' (default) or 'skip'"),
+    ("pair-mode", "string", "P2P measurement order: 'serial' (default) or 'concurrent' disjoint pairs"),
+    ("backend", "string", "collective backend: 'nccl' (GPUs) or 'gloo' (CPU harness check)"),
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("nvlink", "pytest-nvlink: NVLink/P2P acceptance of multi-GPU servers")
+    for name, kind, help_text in _OPTIONS:
+        dest = "nvlink_" + name.replace("-", "_")
+        group.addoption(f"--nvlink-{name}", dest=dest, default=None, help=f"{help_text} (ini: {dest})")
+        parser.addini(dest, help_text, type=kind, default=None)
+    group.addoption("--nvlink-evidence", dest="nvlink_evidence", action="append", default=[],
+                    help="judge tool outputs (files or folders) instead of probing; repeatable (ini: nvlink_evidence)")
+    parser.addini("nvlink_evidence", "evidence files or folders", type="paths", default=[])
+    group.addoption("--nvlink-list-suites", dest="nvlink_list_suites", action="store_true",
+                    help="list the shipped suites with one line each and exit")
+
+
+def _setting(config: pytest.Config, name: str) -> str | None:
+    value = config.getoption(name, default=None)
+    if value is None:
+        value = config.getini(name)
+    return str(value) if value not in (None, "") else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """Append the shipped check modules when a suite is chosen and the user named no paths."""
+    namespace = early_config.known_args_namespace
+    if getattr(namespace, "nvlink_suite", None) is None or getattr(namespace, "nvlink_list_suites", False):
+        return
+    if not namespace.file_or_dir:
+        args.extend(str(path) for path in sorted(CHECKS_DIR.glob("test_*.py")))
+
+
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    if not config.getoption("nvlink_list_suites"):
+        return None
+    from pytest_nvlink.config import suite_summaries
+
+    for name, description in suite_summaries():
+        print(f"{name:16} {description}")
+    return 0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "nvlink(check): a pytest-nvlink acceptance check (set on shipped checks)")
+    suite = _setting(config, "nvlink_suite")
+    if suite is None:
+        return
+    evidence = [Path(p) for p in config.getoption("nvlink_evidence") or config.getini("nvlink_evidence")]
+    options = RunOptions(
+        suite=suite,
+        thresholds_file=_optional_path(config, "nvlink_thresholds"),
+        replay=_optional_path(config, "nvlink_replay"),
+        save=_optional_path(config, "nvlink_save"),
+        evidence=evidence,
+        evidence_missing=_setting(config, "nvlink_evidence_missing") or "fail",
+        pair_mode=_setting(config, "nvlink_pair_mode"),
+        backend=_setting(config, "nvlink_backend"),
+    )
+    try:
+        config.stash[RUN_KEY] = build_run(options, _live_probe)
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _optional_path(config: pytest.Config, name: str) -> Path | None:
+    value = _setting(config, name)
+    return Path(value).expanduser() if value else None
+
+
+def _live_probe() -> Node:
+    from pytest_nvlink.nvml_probe import join_cuda_indices, probe_node, torch_cuda_devices
+
+    node = probe_node()
+    if node.gpus:
+        join_cuda_indices(node, torch_cuda_devices())
+    return node
+
+
+def _run(config: pytest.Config) -> Run | None:
+    return config.stash.get(RUN_KEY, None)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    run = _run(config)
+    if run is None:
+        return None
+    from pytest_nvlink.report import header_lines
+
+    return header_lines(run)
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+    # Stable node ids ("nvlink/test_topology.py::...") whatever the venv location (style ref §4.3 P2).
+    if _run(parent.config) is None or module_path.parent != CHECKS_DIR:
+        return None
+    return pytest.Module.from_parent(parent, path=module_path, nodeid=f"nvlink/{module_path.name}")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    run = _run(metafunc.config)
+    if run is None:
+        return
+    count = run.suite.gpu_count
+    # Parametrize by the suite's expectation, not by what was found: a missing GPU must fail, not vanish.
+    params: dict[str, tuple[list[Any], list[str]]] = {
+        "nvlink_gpu_index": (list(range(count)), [gpu_id(i) for i in range(count)]),
+        "nvlink_pair": (list(combinations(range(count), 2)), [pair_id(a, b) for a, b in combinations(range(count), 2)]),
+        "nvlink_ordered_pair": (list(permutations(range(count), 2)),
+                                [pair_id(a, b) for a, b in permutations(range(count), 2)]),
+        "nvlink_collective": (list(run.suite.measure.collectives), list(run.suite.measure.collectives)),
+    }
+    for name, (values, ids) in params.items():
+        if name in metafunc.fixturenames:
+            if not values:
+                raise pytest.UsageError(f"{run.suite.file}: suite {run.suite.name} yields no {name} to check")
+            metafunc.parametrize(name, values, ids=ids)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    run = _run(config)
+    if run is None or not run.probe_failed():
+        return
+    # Nothing was probed: one failing inventory check says why, instead of one failure per GPU and pair.
+    keep = [item for item in items if not _is_per_gpu(item)]
+    dropped = [item for item in items if _is_per_gpu(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+def _is_per_gpu(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and any(name.startswith("nvlink_") for name in callspec.params)
+
+
+# --- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def nvlink_run(pytestconfig: pytest.Config) -> Run:
+    """The acceptance run: options, probed node, suite and resolved thresholds."""
+    run = _run(pytestconfig)
+    if run is None:
+        pytest.fail("pytest-nvlink fixtures need --nvlink-suite=NAME|PATH|auto", pytrace=False)
+    return run
+
+
+@pytest.fixture(scope="session")
+def nvlink_node(nvlink_run: Run) -> Node:
+    """The node model (live probe, replayed snapshot or evidence files) the checks judge."""
+    return nvlink_run.node
+
+
+@pytest.fixture(scope="session")
+def nvlink_context(nvlink_run: Run) -> Context:
+    """Node, suite and thresholds bundled for the verdict functions in ``pytest_nvlink.judges``."""
+    return nvlink_run.context
+
+
+@pytest.fixture
+def nvlink_gpu_index(request: pytest.FixtureRequest) -> int:
+    """Index (NVML/nvidia-smi order) of the GPU under test; parametrized over the suite's GPU count."""
+    return int(request.param)
+
+
+@pytest.fixture
+def nvlink_pair(request: pytest.FixtureRequest) -> tuple[int, int]:
+    """An unordered GPU pair (a < b); parametrized over every pair of the suite's GPUs."""
+    a, b = request.param
+    return int(a), int(b)
+
+
+@pytest.fixture
+def nvlink_ordered_pair(request: pytest.FixtureRequest) -> tuple[int, int]:
+    """An ordered GPU pair (src, dst); parametrized over every ordered pair of the suite's GPUs."""
+    src, dst = request.param
+    return int(src), int(dst)
+
+
+@pytest.fixture
+def nvlink_collective(request: pytest.FixtureRequest) -> str:
+    """A collective name from the suite's ``measure.collectives``."""
+    return str(request.param)
+
+
+@pytest.fixture
+def nvlink_judge(request: pytest.FixtureRequest, nvlink_run: Run) -> Callable[[Verdict], None]:
+    """Apply a Verdict: record its properties for JUnit, then pass, fail, or skip when it does not apply."""
+
+    def judge(verdict: Verdict) -> None:
+        _record(request.node, nvlink_run, verdict)
+        if verdict.outcome is Outcome.NOT_APPLICABLE:
+            pytest.skip(f"does not apply: {verdict.message}")
+        if verdict.outcome is Outcome.NO_EVIDENCE and nvlink_run.options.evidence_missing == "skip":
+            pytest.skip(verdict.message)
+        if verdict.outcome is not Outcome.PASS:
+            pytest.fail(verdict.message, pytrace=False)
+
+    return judge
+
+
+def _record(item: pytest.Item, run: Run, verdict: Verdict) -> None:
+    item.user_properties.append(("suite", run.suite.name))
+    item.user_properties.append(("source", run.node.source))
+    item.user_properties.append(("outcome", verdict.outcome.value))
+    item.user_properties.extend(verdict.properties)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nvlink_suite_properties(request: pytest.FixtureRequest) -> Iterator[None]:
+    run = _run(request.config)
+    if run is not None:
+        from pytest_nvlink.report import suite_properties
+
+        record = request.getfixturevalue("record_testsuite_property")
+        for name, value in suite_properties(run):
+            record(name, value)
+    yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
+) -> Generator[None, None, None]:
+    yield
+    run = _run(config)
+    if run is None:
+        return
+    try:
+        from pytest_nvlink.report import summary_lines
+
+        terminalreporter.section("pytest-nvlink summary")
+        for line in summary_lines(run, terminalreporter.stats):
+            terminalreporter.write_line(line)
+    except Exception as exc:  # noqa: BLE001 - a summary must never turn a verdict into a crash
+        terminalreporter.write_line(f"pytest-nvlink: summary could not be rendered ({exc!r})")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    run = _run(session.config)
+    if run is None or run.options.save is None:
+        return
+    from pytest_nvlink.snapshot import save_snapshot
+
+    try:
+        save_snapshot(run.node, run.options.save)
+    except OSError as exc:
+        session.config.get_terminal_writer().line(f"pytest-nvlink: could not save snapshot: {exc}", red=True)
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR

@@ -1,0 +1,132 @@
+"""Report text: the header, JUnit suite properties and the terminal summary tables.
+
+Reads the run and pytest's collected reports (``terminalreporter.stats``) as plain objects,
+so it needs no pytest import.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from tabulate import tabulate
+
+from pytest_nvlink.config import path_matches
+from pytest_nvlink.model import Node
+from pytest_nvlink.run import Run
+
+NCCL_ENV_VARS: tuple[str, ...] = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_NVLS_ENABLE")
+
+
+def _source_text(run: Run) -> str:
+    options = run.options
+    if options.replay:
+        return f"replay of {options.replay}"
+    if options.evidence:
+        return "evidence from " + ", ".join(str(p) for p in options.evidence)
+    return "live (NVML + torch)"
+
+
+def header_lines(run: Run) -> list[str]:
+    node, suite = run.node, run.suite
+    model = node.gpus[0].name if node.gpus else "no GPU"
+    lines = [
+        f"nvlink suite: {suite.name} ({suite.file}) - {suite.description}",
+        f"nvlink SKU thresholds: {run.thresholds.name} ({', '.join(str(f) for f in run.thresholds.files)})",
+        f"nvlink source: {_source_text(run)}; host {node.host or 'unknown'}; driver {node.driver_version or 'unknown'}"
+        f"; CUDA {node.cuda_driver_version or 'unknown'}; {len(node.gpus)} x {model}",
+    ]
+    if run.auto_note:
+        lines.append(f"nvlink: {run.auto_note}")
+    inherited = [f"{name}={os.environ[name]}" for name in NCCL_ENV_VARS if name in os.environ]
+    if inherited:
+        lines.append("nvlink inherited NCCL settings: " + " ".join(inherited))
+    lines += [f"nvlink probe problem: {problem}" for problem in node.probe_errors]
+    return lines
+
+
+def suite_properties(run: Run) -> list[tuple[str, str]]:
+    node = run.node
+    props = [
+        ("nvlink_suite", run.suite.name),
+        ("nvlink_suite_file", str(run.suite.file)),
+        ("nvlink_thresholds", ",".join(str(f) for f in run.thresholds.files)),
+        ("nvlink_source", _source_text(run)),
+        ("host", node.host or "unknown"),
+        ("driver_version", node.driver_version or "unknown"),
+        ("cuda_driver_version", node.cuda_driver_version or "unknown"),
+        ("gpu_count", str(len(node.gpus))),
+    ]
+    for gpu in node.gpus:
+        props.append((f"gpu{gpu.index}", f"{gpu.name} uuid={gpu.uuid} serial={gpu.serial} pci={gpu.pci_bus_id}"))
+    return props
+
+
+def topology_matrix(run: Run) -> str:
+    """The pair matrix as ``nvidia-smi topo -m`` prints it; a cell that differs from the suite is ``!``-marked."""
+    node, suite = run.node, run.suite
+    count = max(suite.gpu_count, len(node.gpus))
+    header = [""] + [f"GPU{i}" for i in range(count)]
+    rows = []
+    for a in range(count):
+        row = [f"GPU{a}"]
+        for b in range(count):
+            row.append("X" if a == b else _cell(node, run, a, b))
+        rows.append(row)
+    return tabulate(rows, headers=header, tablefmt="plain", stralign="center")
+
+
+def _cell(node: Node, run: Run, a: int, b: int) -> str:
+    actual = node.path(a, b)
+    if actual is None:
+        return "?"
+    if a >= run.suite.gpu_count or b >= run.suite.gpu_count:
+        return actual
+    expected = run.suite.expected_path(a, b)
+    return actual if path_matches(expected, actual) else f"{actual}!{expected}"
+
+
+def _properties(report: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in getattr(report, "user_properties", [])}
+
+
+def check_table(stats: Mapping[str, Sequence[Any]]) -> str:
+    """One row per check function: passed/failed/skipped counts and the first failure's message."""
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    first_failure: dict[str, str] = {}
+    for outcome, reports in stats.items():
+        for report in _call_reports(reports):
+            name = str(report.nodeid).split("::")[-1].split("[")[0]
+            counts[name][outcome] += 1
+            if outcome in ("failed", "error") and name not in first_failure:
+                first_failure[name] = _short(getattr(report, "longreprtext", ""))
+    rows = [
+        [name, c["passed"], c["failed"] + c["error"], c["skipped"], first_failure.get(name, "")]
+        for name, c in sorted(counts.items())
+    ]
+    return tabulate(rows, headers=["check", "passed", "failed", "skipped", "first failure"], tablefmt="simple")
+
+
+def _call_reports(reports: Iterable[Any]) -> Iterator[Any]:
+    for report in reports:
+        if getattr(report, "nodeid", None) and getattr(report, "when", "call") in ("call", "setup"):
+            if getattr(report, "when", None) == "setup" and getattr(report, "passed", False):
+                continue
+            yield report
+
+
+def _short(text: str, limit: int = 110) -> str:
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    line = line.removeprefix("Failed: ")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def summary_lines(run: Run, stats: Mapping[str, Sequence[Any]]) -> list[str]:
+    lines = ["topology (nvidia-smi topo -m layout; 'A!B' = measured A where the suite expects B):"]
+    lines += topology_matrix(run).splitlines()
+    lines.append("")
+    lines += check_table(stats).splitlines()
+    return lines
+

@@ -1,0 +1,123 @@
+"""One acceptance run: resolve options into a node, a suite and thresholds.
+
+The plugin hands this module plain values; every problem with them comes back as
+:class:`~pytest_nvlink.config.ConfigError` for the plugin to report as a usage error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_nvlink.config import (
+    ConfigError,
+    Suite,
+    Thresholds,
+    load_suite,
+    load_thresholds,
+    pick_suite_for,
+    shipped_names,
+)
+from pytest_nvlink.judges import Context
+from pytest_nvlink.model import Node
+
+AUTO = "auto"
+
+
+@dataclass
+class RunOptions:
+    suite: str
+    thresholds_file: Path | None = None
+    replay: Path | None = None
+    save: Path | None = None
+    evidence: list[Path] = field(default_factory=list)
+    evidence_missing: str = "fail"  # "fail" | "skip"
+    pair_mode: str | None = None  # overrides the suite's measure.pair_mode
+    backend: str | None = None  # "nccl" | "gloo"; None picks from the hardware
+
+
+@dataclass
+class Run:
+    options: RunOptions
+    node: Node
+    suite: Suite
+    thresholds: Thresholds
+    auto_note: str | None = None
+
+    @property
+    def context(self) -> Context:
+        return Context(self.node, self.suite, self.thresholds)
+
+    def probe_failed(self) -> bool:
+        """True when the source gave no GPUs at all: only the inventory verdict is meaningful."""
+        return not self.node.gpus and bool(self.node.probe_errors)
+
+
+def build_run(options: RunOptions, live_probe: Callable[[], Node]) -> Run:
+    _check_exclusive(options)
+    # A named suite is validated before probing, so a typo costs no probe and names the known suites.
+    named = None if options.suite == AUTO else load_suite(options.suite)
+    node = _load_node(options, live_probe)
+    suite_ref, note = _choose_suite(options.suite, node)
+    suite = named or load_suite(suite_ref)
+    if options.pair_mode is not None:
+        suite.measure.pair_mode = options.pair_mode
+    thresholds = load_thresholds(_threshold_ref(suite), options.thresholds_file)
+    _check_collectives_have_thresholds(suite, thresholds)
+    return Run(options, node, suite, thresholds, note)
+
+
+def _check_exclusive(options: RunOptions) -> None:
+    if options.replay and options.evidence:
+        raise ConfigError("--nvlink-replay and --nvlink-evidence: choose one source, not both")
+    if options.evidence_missing not in ("fail", "skip"):
+        raise ConfigError(f"--nvlink-evidence-missing: expected fail or skip, got {options.evidence_missing!r}")
+
+
+def _load_node(options: RunOptions, live_probe: Callable[[], Node]) -> Node:
+    if options.replay is not None:
+        from pytest_nvlink.snapshot import SnapshotError, load_snapshot
+
+        try:
+            return load_snapshot(options.replay)
+        except SnapshotError as exc:
+            raise ConfigError(f"--nvlink-replay: {exc}") from None
+    if options.evidence:
+        from pytest_nvlink.evidence import EvidenceError, load_evidence
+
+        try:
+            return load_evidence(options.evidence)
+        except EvidenceError as exc:
+            raise ConfigError(f"--nvlink-evidence: {exc}") from None
+    return live_probe()
+
+
+def _choose_suite(ref: str, node: Node) -> tuple[str, str | None]:
+    if ref != AUTO:
+        return ref, None
+    model = node.gpus[0].name if node.gpus else None
+    picked = pick_suite_for(model, len(node.gpus))
+    if picked is None:
+        found = f"{len(node.gpus)} x {model}" if node.gpus else "no GPUs (" + "; ".join(node.probe_errors) + ")"
+        raise ConfigError(
+            f"--nvlink-suite=auto: no shipped suite matches {found}; known suites: {', '.join(shipped_names('suites'))}"
+        )
+    return picked, f"auto-selected suite {picked} for {len(node.gpus)} x {model}"
+
+
+def _threshold_ref(suite: Suite) -> str:
+    ref = suite.thresholds_ref
+    if ref.endswith(".toml") or "/" in ref:
+        path = Path(ref)
+        return str(path if path.is_absolute() else suite.file.parent / path)
+    return ref
+
+
+def _check_collectives_have_thresholds(suite: Suite, thresholds: Thresholds) -> None:
+    missing = [op for op in suite.measure.collectives if op not in thresholds.collectives()]
+    if missing:
+        raise ConfigError(
+            f"{suite.file}:measure.collectives: {', '.join(missing)} listed but threshold set "
+            f"{thresholds.name} has no collectives.<op>.busbw_min_gbps for it"
+        )
