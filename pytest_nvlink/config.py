@@ -17,7 +17,7 @@ from pytest_nvlink.model import PCIE_PATH_CLASSES, nvlink_count_of_path
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 COLLECTIVE_OPS: tuple[str, ...] = (
@@ -149,7 +149,8 @@ def _flatten(table: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any
 def read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as handle:
-            return tomllib.load(handle)
+            document: dict[str, Any] = tomllib.load(handle)
+            return document
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
     except OSError as exc:
@@ -378,7 +379,7 @@ def _pair_expectations(path: Path, raw: dict[str, Any], count: int) -> dict[tupl
     for i, entry in enumerate(entries):
         where = f"{path}:topology.pairs[{i}]"
         if not isinstance(entry, dict) or set(entry) != {"gpus", "path"}:
-            raise ConfigError(f"{where}: expected {{ gpus = [a, b], path = \"NV12\" }}")
+            raise ConfigError(f'{where}: expected {{ gpus = [a, b], path = "NV12" }}')
         gpus = entry["gpus"]
         valid_gpus = isinstance(gpus, list) and len(gpus) == 2 and all(isinstance(g, int) for g in gpus)
         if not valid_gpus or gpus[0] == gpus[1] or not all(0 <= g < count for g in gpus):
@@ -415,7 +416,7 @@ def _measure(path: Path, raw: dict[str, Any]) -> Measure:
             setattr(measure, key, value)
         elif key == "pair_mode":
             if value not in ("serial", "concurrent"):
-                raise ConfigError(f"{where}: expected \"serial\" or \"concurrent\", got {value!r}")
+                raise ConfigError(f'{where}: expected "serial" or "concurrent", got {value!r}')
             measure.pair_mode = value
         elif key == "collectives":
             if not isinstance(value, list) or any(op not in COLLECTIVE_OPS for op in value):

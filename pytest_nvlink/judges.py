@@ -78,8 +78,12 @@ def gpu_model(ctx: Context, index: int) -> Verdict:
     accepted = " | ".join(ctx.suite.gpu_models)
     props = measured_properties(gpu.name, accepted, "model") + gpu_properties(gpu)
     if gpu.name is None:
-        return unknown(ctx.node.source, f"the model of GPU {index}", ctx.node.unknown_reason(
-            f"gpu{index}.name", "the source does not name it"), props)
+        return unknown(
+            ctx.node.source,
+            f"the model of GPU {index}",
+            ctx.node.unknown_reason(f"gpu{index}.name", "the source does not name it"),
+            props,
+        )
     if not ctx.suite.model_matches(gpu.name):
         return failed(
             f"GPU {index} is a {gpu.name!r}, not one of the models suite {ctx.suite.name} accepts ({accepted}, "
@@ -92,8 +96,12 @@ def gpu_model(ctx: Context, index: int) -> Verdict:
 def driver(ctx: Context) -> Verdict:
     props = measured_properties(ctx.node.driver_version, "a loaded NVIDIA driver", "version")
     if ctx.node.driver_version is None:
-        return unknown(ctx.node.source, "the NVIDIA driver version",
-                       ctx.node.unknown_reason("driver", "the source does not report it"), props)
+        return unknown(
+            ctx.node.source,
+            "the NVIDIA driver version",
+            ctx.node.unknown_reason("driver", "the source does not report it"),
+            props,
+        )
     return passed(f"driver {ctx.node.driver_version}", props)
 
 
@@ -115,8 +123,12 @@ def nvlink_active_links(ctx: Context, index: int) -> Verdict:
     active = gpu.active_link_count()
     props = measured_properties(active, str(expected), "links", threshold) + gpu_properties(gpu)
     if active is None:
-        return unknown(ctx.node.source, f"the NVLink state of GPU {index}",
-                       ctx.node.unknown_reason(f"gpu{index}.nvlinks", "NVLink state not reported"), props)
+        return unknown(
+            ctx.node.source,
+            f"the NVLink state of GPU {index}",
+            ctx.node.unknown_reason(f"gpu{index}.nvlinks", "NVLink state not reported"),
+            props,
+        )
     if active == expected:
         return passed(f"GPU {index}: {active} NVLinks active", props)
     return failed(_links_message(ctx, gpu, active, expected, threshold), props)
@@ -128,17 +140,23 @@ def _links_message(ctx: Context, gpu: Gpu, active: int, expected: int, threshold
         return f"{head}; this SKU has no NVLink, so the GPU is not the model the suite describes"
     inactive = [link.link for link in gpu.nvlinks or [] if link.active is False]
     if active == 0 and ctx.node.virtualization() in ("passthrough", "vgpu"):
-        return (f"{head}; this is a {ctx.node.virtualization()} VM guest that hides NVLink, so GPU traffic falls "
-                "back silently to PCIe: ask the provider for NVLink/NVSwitch passthrough (Fabric Manager "
-                "full-passthrough or shared-NVSwitch partition)")
+        return (
+            f"{head}; this is a {ctx.node.virtualization()} VM guest that hides NVLink, so GPU traffic falls "
+            "back silently to PCIe: ask the provider for NVLink/NVSwitch passthrough (Fabric Manager "
+            "full-passthrough or shared-NVSwitch partition)"
+        )
     if active == 0:
-        return (f"{head}; likely cause: NVLink is not trained (Fabric Manager not running on an NVSwitch "
-                "system, or a driver/firmware mismatch): check `systemctl status nvidia-fabricmanager` and "
-                "`nvidia-smi nvlink -s`")
+        return (
+            f"{head}; likely cause: NVLink is not trained (Fabric Manager not running on an NVSwitch "
+            "system, or a driver/firmware mismatch): check `systemctl status nvidia-fabricmanager` and "
+            "`nvidia-smi nvlink -s`"
+        )
     listed = ", ".join(str(n) for n in inactive) if inactive else "unknown"
-    return (f"{head}, inactive link(s): {listed}; likely cause: a link down (bad cable/board connector or "
-            "NVSwitch port): check `nvidia-smi nvlink -s -i "
-            f"{gpu.index}` and dmesg for Xid 74, then reseat or RMA")
+    return (
+        f"{head}, inactive link(s): {listed}; likely cause: a link down (bad cable/board connector or "
+        "NVSwitch port): check `nvidia-smi nvlink -s -i "
+        f"{gpu.index}` and dmesg for Xid 74, then reseat or RMA"
+    )
 
 
 def nvlink_version(ctx: Context, index: int) -> Verdict:
@@ -148,13 +166,21 @@ def nvlink_version(ctx: Context, index: int) -> Verdict:
     threshold = _nvlink_threshold(ctx, "version")
     if threshold is None or not _expects_links(ctx):
         return not_applicable(f"{ctx.thresholds.name} sets no NVLink version")
+    dead = _no_active_links(ctx, gpu, "NVLink version")
+    if dead:
+        return dead
     active = [link for link in gpu.nvlinks or [] if link.active]
     versions = sorted({link.version for link in active if link.version is not None})
-    props = measured_properties(",".join(map(str, versions)) or None, str(threshold.value), "NVLink generation",
-                                threshold) + gpu_properties(gpu)
+    props = measured_properties(
+        ",".join(map(str, versions)) or None, str(threshold.value), "NVLink generation", threshold
+    ) + gpu_properties(gpu)
     if not active or len(versions) == 0 or any(link.version is None for link in active):
-        return unknown(ctx.node.source, f"the NVLink version of GPU {index}",
-                       ctx.node.unknown_reason(f"gpu{index}.nvlinks", "no active link reports a version"), props)
+        return unknown(
+            ctx.node.source,
+            f"the NVLink version of GPU {index}",
+            ctx.node.unknown_reason(f"gpu{index}.nvlinks", "no active link reports a version"),
+            props,
+        )
     if versions != [threshold.value]:
         return failed(
             f"GPU {index}: NVLink generation {versions} on active links, expected {threshold.value} "
@@ -163,6 +189,19 @@ def nvlink_version(ctx: Context, index: int) -> Verdict:
             props,
         )
     return passed(f"GPU {index}: NVLink {threshold.value}", props)
+
+
+def _no_active_links(ctx: Context, gpu: Gpu, what: str) -> Verdict | None:
+    """A GPU with no active NVLink cannot show a version or speed: say so plainly instead of 'unknown'."""
+    active = gpu.active_link_count()
+    if active != 0:
+        return None
+    expected = ctx.thresholds.value("nvlink.active_links", 0)
+    return failed(
+        f"GPU {gpu.index}: no active NVLink (0 of {expected}), so its {what} cannot be judged; "
+        f"see test_nvlink_active_links[gpu{gpu.index}] for the cause",
+        gpu_properties(gpu),
+    )
 
 
 def _expects_links(ctx: Context) -> bool:
@@ -176,14 +215,21 @@ def nvlink_speed(ctx: Context, index: int) -> Verdict:
     threshold = _nvlink_threshold(ctx, "link_speed_min_gbps")
     if threshold is None or not _expects_links(ctx):
         return not_applicable(f"{ctx.thresholds.name} sets no nvlink.link_speed_min_gbps")
+    dead = _no_active_links(ctx, gpu, "NVLink speed")
+    if dead:
+        return dead
     active = [link for link in gpu.nvlinks or [] if link.active]
     speeds = [link.speed_gbps for link in active]
     known = [s for s in speeds if s is not None]
     slowest = min(known) if known else None
     props = measured_properties(slowest, f">= {threshold.value}", "GB/s", threshold) + gpu_properties(gpu)
     if not active or len(known) != len(speeds):
-        return unknown(ctx.node.source, f"the NVLink speed of GPU {index}",
-                       ctx.node.unknown_reason(f"gpu{index}.nvlinks", "no per-link speed reported"), props)
+        return unknown(
+            ctx.node.source,
+            f"the NVLink speed of GPU {index}",
+            ctx.node.unknown_reason(f"gpu{index}.nvlinks", "no per-link speed reported"),
+            props,
+        )
     slow = [link.link for link in active if link.speed_gbps is not None and link.speed_gbps < threshold.value]
     if slow:
         return failed(
@@ -202,13 +248,23 @@ def nvlink_errors(ctx: Context, index: int) -> Verdict:
     limits = {name: ctx.thresholds.get(f"nvlink_errors.{name}_max") for name in ERROR_COUNTER_NAMES}
     if not _expects_links(ctx) or all(v is None for v in limits.values()):
         return not_applicable(f"{ctx.thresholds.name} expects no NVLink error counters")
+    dead = _no_active_links(ctx, gpu, "NVLink error counters")
+    if dead:
+        return dead
     totals = _error_totals(gpu)
     props = gpu_properties(gpu) + [(f"errors_{k}", str(v)) for k, v in sorted(totals.items())]
     if not totals:
-        return unknown(ctx.node.source, f"the NVLink error counters of GPU {index}",
-                       ctx.node.unknown_reason(f"gpu{index}.nvlink_errors", "no counter reported"), props)
-    over = [(name, totals[name], limit) for name, limit in limits.items()
-            if limit is not None and name in totals and totals[name] > limit.value]
+        return unknown(
+            ctx.node.source,
+            f"the NVLink error counters of GPU {index}",
+            ctx.node.unknown_reason(f"gpu{index}.nvlink_errors", "no counter reported"),
+            props,
+        )
+    over = [
+        (name, totals[name], limit)
+        for name, limit in limits.items()
+        if limit is not None and name in totals and totals[name] > limit.value
+    ]
     if over:
         name, value, limit = over[0]
         worst = _worst_link(gpu, name)
@@ -247,13 +303,18 @@ def fabric(ctx: Context, index: int) -> Verdict:
     if threshold is None or threshold.value is not True:
         return not_applicable(f"{ctx.thresholds.name} does not require an NVSwitch fabric (fabric.required)")
     info = gpu.fabric
-    props = measured_properties(info.state if info else None, "completed/success", "fabric state",
-                                threshold) + gpu_properties(gpu)
+    props = measured_properties(
+        info.state if info else None, "completed/success", "fabric state", threshold
+    ) + gpu_properties(gpu)
     if info is None:
-        return unknown(ctx.node.source, f"the NVSwitch fabric state of GPU {index}",
-                       ctx.node.unknown_reason(f"gpu{index}.fabric", "fabric state not reported"), props)
+        return unknown(
+            ctx.node.source,
+            f"the NVSwitch fabric state of GPU {index}",
+            ctx.node.unknown_reason(f"gpu{index}.fabric", "fabric state not reported"),
+            props,
+        )
     if info.state != "completed" or info.status != "success":
-        shown = info.state if info.state != "completed" else f"completed with status {info.status}"
+        shown = info.state.replace("_", " ") if info.state != "completed" else f"completed with status {info.status}"
         return failed(
             f"GPU {index}: NVSwitch fabric registration is {shown}, expected completed/success "
             f"({threshold.where()}); likely cause: Fabric Manager is not running or failed — check "
@@ -283,12 +344,16 @@ def pcie_link(ctx: Context, index: int) -> Verdict:
     expected = f"Gen{gen_t.value if gen_t else '?'} x{width_t.value if width_t else '?'}"
     props = measured_properties(measured, f">= {expected}", "PCIe link", gen_t or width_t) + gpu_properties(gpu)
     if (gen_t and gpu.pcie_gen_max is None) or (width_t and gpu.pcie_width_max is None):
-        return unknown(ctx.node.source, f"the PCIe link of GPU {index}",
-                       ctx.node.unknown_reason(f"gpu{index}.pcie", "PCIe link not reported"), props)
+        return unknown(
+            ctx.node.source,
+            f"the PCIe link of GPU {index}",
+            ctx.node.unknown_reason(f"gpu{index}.pcie", "PCIe link not reported"),
+            props,
+        )
     low_gen = gen_t is not None and gpu.pcie_gen_max is not None and gpu.pcie_gen_max < gen_t.value
     low_width = width_t is not None and gpu.pcie_width_max is not None and gpu.pcie_width_max < width_t.value
     if low_gen or low_width:
-        where = (gen_t if low_gen else width_t)
+        where = gen_t if low_gen else width_t
         assert where is not None
         return failed(
             f"GPU {index}: PCIe link trained at {measured}, below {expected} ({where.where()}); likely cause: "
@@ -309,32 +374,54 @@ def pair_path(ctx: Context, a: int, b: int) -> Verdict:
     expected = ctx.suite.expected_path(a, b)
     key = "topology.pairs" if (min(a, b), max(a, b)) in ctx.suite.pairs else "topology.default"
     actual = ctx.node.path(a, b)
-    props = measured_properties(actual, expected, "path class") + [
-        ("suite_key", ctx.suite_where(key)), ("gpu_a", str(a)), ("gpu_b", str(b))]
+    props = [
+        *measured_properties(actual, expected, "path class"),
+        ("suite_key", ctx.suite_where(key)),
+        ("gpu_a", str(a)),
+        ("gpu_b", str(b)),
+    ]
     if actual is None:
-        return unknown(ctx.node.source, f"the path between GPU {a} and GPU {b}",
-                       ctx.node.unknown_reason(f"pair{a}-{b}.path", ctx.node.unknown_reason(
-                           "paths", "topology not reported")), props)
+        return unknown(
+            ctx.node.source,
+            f"the path between GPU {a} and GPU {b}",
+            ctx.node.unknown_reason(f"pair{a}-{b}.path", ctx.node.unknown_reason("paths", "topology not reported")),
+            props,
+        )
     if path_matches(expected, actual):
         return passed(f"GPU {a} <-> GPU {b}: {actual}", props)
-    return failed(_path_message(ctx, a, b, actual, expected, key), props)
+    return failed(_path_message(ctx, (a, b), actual, expected, key), props)
 
 
-def _path_message(ctx: Context, a: int, b: int, actual: str, expected: str, key: str) -> str:
+def _path_message(ctx: Context, pair: tuple[int, int], actual: str, expected: str, key: str) -> str:
+    a, b = pair
     head = f"GPU {a} <-> GPU {b}: path is {actual}, expected {expected} ({ctx.suite_where(key)})"
     got_links, want_links = nvlink_count_of_path(actual), nvlink_count_of_path(expected)
     if expected.startswith("NV") and got_links is None:
         mode = ctx.node.virtualization()
         vm = f"this node is a {mode} VM guest, " if mode in ("passthrough", "vgpu") or ctx.node.hypervisor else ""
-        return (f"{head}: silent PCIe fallback — {vm}traffic between these GPUs crosses PCIe/host memory instead "
-                "of NVLink; check that NVLink/NVSwitch are passed through (host `nvidia-smi topo -m` must show "
-                "NV#), that Fabric Manager runs, and for A100 vGPU that UVM is disabled")
+        return (
+            f"{head}: silent PCIe fallback — {vm}traffic between these GPUs crosses PCIe/host memory instead "
+            "of NVLink; check that NVLink/NVSwitch are passed through (host `nvidia-smi topo -m` must show "
+            "NV#), that Fabric Manager runs, and for A100 vGPU that UVM is disabled"
+        )
     if want_links is not None and got_links is not None and got_links < want_links:
-        return (f"{head}: {want_links - got_links} NVLink(s) missing between them; likely cause: a link down on "
-                "one of the two GPUs (see the nvlink_active_links results)")
+        return f"{head}: {want_links - got_links} NVLink(s) missing between them; likely cause: {_short_gpu(ctx, a, b)}"
+
     if got_links is not None and not expected.startswith("NV"):
         return f"{head}: NVLink found where the suite expects PCIe, so the node is not the shape the suite describes"
     return f"{head}: the PCIe placement differs from the suite (different slots or a different board)"
+
+
+def _short_gpu(ctx: Context, a: int, b: int) -> str:
+    expected = int(ctx.thresholds.value("nvlink.active_links", 0))
+    for index in (a, b):
+        gpu = ctx.node.gpu(index)
+        active = gpu.active_link_count() if gpu else None
+        if active is not None and active < expected:
+            return (
+                f"GPU {index} has only {active} of {expected} NVLinks active (see test_nvlink_active_links[gpu{index}])"
+            )
+    return "a link down on one of the two GPUs or its NVSwitch port (check `nvidia-smi nvlink -s`)"
 
 
 _P2P_CAPS_ON_NVLINK: tuple[str, ...] = ("read", "write", "nvlink")
@@ -345,29 +432,49 @@ def p2p_status(ctx: Context, src: int, dst: int) -> Verdict:
     if missing:
         return ctx.missing_gpu(missing[0])
     if not ctx.suite.pair_expects_nvlink(src, dst):
-        return not_applicable(f"suite {ctx.suite.name} expects a PCIe path between GPU {src} and GPU {dst}; "
-                              "P2P over PCIe is not required")
+        return not_applicable(
+            f"suite {ctx.suite.name} expects a PCIe path between GPU {src} and GPU {dst}; P2P over PCIe is not required"
+        )
     status = ctx.node.p2p_status(src, dst)
     shown = {cap: (status.get(cap) if status else None) for cap in _P2P_CAPS_ON_NVLINK}
-    props = [("measured", ",".join(f"{k}={v}" for k, v in shown.items())), ("expected", "read,write,nvlink=ok"),
-             ("unit", "P2P status"), ("gpu_src", str(src)), ("gpu_dst", str(dst))]
+    props = [
+        ("measured", ",".join(f"{k}={v}" for k, v in shown.items())),
+        ("expected", "read,write,nvlink=ok"),
+        ("unit", "P2P status"),
+        ("gpu_src", str(src)),
+        ("gpu_dst", str(dst)),
+    ]
     if any(v is None for v in shown.values()):
-        return unknown(ctx.node.source, f"the P2P status GPU {src} -> GPU {dst}",
-                       ctx.node.unknown_reason(f"pair{src}-{dst}.p2p", ctx.node.unknown_reason(
-                           "p2p", "P2P status not reported")), props)
-    bad = {cap: value for cap, value in shown.items() if value != "ok"}
+        return unknown(
+            ctx.node.source,
+            f"the P2P status GPU {src} -> GPU {dst}",
+            ctx.node.unknown_reason(f"pair{src}-{dst}.p2p", ctx.node.unknown_reason("p2p", "P2P status not reported")),
+            props,
+        )
+    bad = {cap: str(value) for cap, value in shown.items() if value != "ok"}
     if not bad:
         return passed(f"GPU {src} -> GPU {dst}: P2P read/write/NVLink ok", props)
     detail = ", ".join(f"{cap} {value}" for cap, value in bad.items())
-    return failed(f"GPU {src} -> GPU {dst}: P2P not usable ({detail}) although the suite expects "
-                  f"{ctx.suite.expected_path(src, dst)}; likely cause: {_p2p_cause(bad)}", props)
+    return failed(
+        f"GPU {src} -> GPU {dst}: P2P not usable ({detail}) although the suite expects "
+        f"{ctx.suite.expected_path(src, dst)}; likely cause: {_p2p_cause(ctx.node, bad)}",
+        props,
+    )
 
 
-def _p2p_cause(bad: dict[str, str]) -> str:
+def _p2p_cause(node: Node, bad: dict[str, str]) -> str:
     values = set(bad.values())
+    mode = node.virtualization()
+    if mode in ("passthrough", "vgpu") or node.hypervisor:
+        return (
+            f"this {mode or 'VM'} guest does not expose NVLink P2P, so copies fall back silently to PCIe or "
+            "host memory — ask the provider for NVLink/NVSwitch passthrough"
+        )
     if "disabled_by_regkey" in values:
-        return ("P2P disabled by a driver registry key (RMForceP2PType / NVreg options in /etc/modprobe.d) — "
-                "remove it and reload the driver")
+        return (
+            "P2P disabled by a driver registry key (RMForceP2PType / NVreg options in /etc/modprobe.d) — "
+            "remove it and reload the driver"
+        )
     if values & {"chipset_not_supported", "ioh_topology_not_supported"}:
         return "the platform (chipset/IOMMU/ACS or a VM) blocks P2P — check ACS and IOMMU settings"
     return "P2P is not enabled between these GPUs — check Fabric Manager and `nvidia-smi topo -p2p rw`"

@@ -6,7 +6,7 @@ or pynvml import, no extra tests. Everything that is not pytest glue lives in ot
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from itertools import combinations, permutations
 from pathlib import Path
 from typing import Any
@@ -23,28 +23,37 @@ CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 RUN_KEY = pytest.StashKey[Run]()
 MEASURE_KEY = pytest.StashKey[Any]()
 
-_OPTIONS: tuple[tuple[str, str, str], ...] = (
-    ("suite", "string", "suite to accept against: a shipped name, a path to a suite .toml, or 'auto'"),
-    ("thresholds", "string", "site threshold .toml laid over the suite's shipped thresholds"),
-    ("replay", "string", "judge a saved snapshot JSON instead of probing this machine"),
-    ("save", "string", "write the probed node (and measurements) as snapshot JSON to this file"),
-    ("evidence-missing", "string", "when evidence files do not cover a check: 'fail' (default) or 'skip'"),
-    ("pair-mode", "string", "P2P measurement order: 'serial' (default) or 'concurrent' disjoint pairs"),
-    ("backend", "string", "collective backend: 'nccl' (GPUs) or 'gloo' (CPU harness check)"),
+_OPTIONS: tuple[tuple[str, str], ...] = (
+    ("suite", "suite to accept against: a shipped name, a path to a suite .toml, or 'auto'"),
+    ("thresholds", "site threshold .toml laid over the suite's shipped thresholds"),
+    ("replay", "judge a saved snapshot JSON instead of probing this machine"),
+    ("save", "write the probed node (and measurements) as snapshot JSON to this file"),
+    ("evidence-missing", "when evidence files do not cover a check: 'fail' (default) or 'skip'"),
+    ("pair-mode", "P2P measurement order: 'serial' (default) or 'concurrent' disjoint pairs"),
+    ("backend", "collective backend: 'nccl' (GPUs) or 'gloo' (CPU harness check)"),
 )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("nvlink", "pytest-nvlink: NVLink/P2P acceptance of multi-GPU servers")
-    for name, kind, help_text in _OPTIONS:
+    for name, help_text in _OPTIONS:
         dest = "nvlink_" + name.replace("-", "_")
         group.addoption(f"--nvlink-{name}", dest=dest, default=None, help=f"{help_text} (ini: {dest})")
-        parser.addini(dest, help_text, type=kind, default=None)
-    group.addoption("--nvlink-evidence", dest="nvlink_evidence", action="append", default=[],
-                    help="judge tool outputs (files or folders) instead of probing; repeatable (ini: nvlink_evidence)")
+        parser.addini(dest, help_text, type="string", default=None)
+    group.addoption(
+        "--nvlink-evidence",
+        dest="nvlink_evidence",
+        action="append",
+        default=[],
+        help="judge tool outputs (files or folders) instead of probing; repeatable (ini: nvlink_evidence)",
+    )
     parser.addini("nvlink_evidence", "evidence files or folders", type="paths", default=[])
-    group.addoption("--nvlink-list-suites", dest="nvlink_list_suites", action="store_true",
-                    help="list the shipped suites with one line each and exit")
+    group.addoption(
+        "--nvlink-list-suites",
+        dest="nvlink_list_suites",
+        action="store_true",
+        help="list the shipped suites with one line each and exit",
+    )
 
 
 def _setting(config: pytest.Config, name: str) -> str | None:
@@ -139,8 +148,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     params: dict[str, tuple[list[Any], list[str]]] = {
         "nvlink_gpu_index": (list(range(count)), [gpu_id(i) for i in range(count)]),
         "nvlink_pair": (list(combinations(range(count), 2)), [pair_id(a, b) for a, b in combinations(range(count), 2)]),
-        "nvlink_ordered_pair": (list(permutations(range(count), 2)),
-                                [pair_id(a, b) for a, b in permutations(range(count), 2)]),
+        "nvlink_ordered_pair": (
+            list(permutations(range(count), 2)),
+            [pair_id(a, b) for a, b in permutations(range(count), 2)],
+        ),
         "nvlink_collective": (list(run.suite.measure.collectives), list(run.suite.measure.collectives)),
     }
     for name, (values, ids) in params.items():
@@ -241,7 +252,7 @@ def _record(item: pytest.Item, run: Run, verdict: Verdict) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _nvlink_suite_properties(request: pytest.FixtureRequest) -> Iterator[None]:
+def _nvlink_suite_properties(request: pytest.FixtureRequest) -> None:
     run = _run(request.config)
     if run is not None:
         from pytest_nvlink.report import suite_properties
@@ -249,7 +260,6 @@ def _nvlink_suite_properties(request: pytest.FixtureRequest) -> Iterator[None]:
         record = request.getfixturevalue("record_testsuite_property")
         for name, value in suite_properties(run):
             record(name, value)
-    yield
 
 
 @pytest.hookimpl(wrapper=True)
@@ -266,7 +276,7 @@ def pytest_terminal_summary(
         terminalreporter.section("pytest-nvlink summary")
         for line in summary_lines(run, terminalreporter.stats):
             terminalreporter.write_line(line)
-    except Exception as exc:  # noqa: BLE001 - a summary must never turn a verdict into a crash
+    except Exception as exc:
         terminalreporter.write_line(f"pytest-nvlink: summary could not be rendered ({exc!r})")
 
 

@@ -129,4 +129,3 @@ def summary_lines(run: Run, stats: Mapping[str, Sequence[Any]]) -> list[str]:
     lines.append("")
     lines += check_table(stats).splitlines()
     return lines
-

@@ -19,7 +19,9 @@ def test_nvlink_active_links(
     nvlink_judge(judges.nvlink_active_links(nvlink_context, nvlink_gpu_index))
 
 
-def test_nvlink_version(nvlink_context: Context, nvlink_gpu_index: int, nvlink_judge: Callable[[Verdict], None]) -> None:
+def test_nvlink_version(
+    nvlink_context: Context, nvlink_gpu_index: int, nvlink_judge: Callable[[Verdict], None]
+) -> None:
     nvlink_judge(judges.nvlink_version(nvlink_context, nvlink_gpu_index))
 
 
