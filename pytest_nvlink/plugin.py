@@ -16,6 +16,7 @@ import pytest
 from pytest_nvlink.config import ConfigError
 from pytest_nvlink.judges import Context
 from pytest_nvlink.model import Node, gpu_id, pair_id
+from pytest_nvlink.provider import MeasurementProvider
 from pytest_nvlink.run import Run, RunOptions, build_run
 from pytest_nvlink.verdict import Outcome, Verdict
 
@@ -84,7 +85,10 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "nvlink(check): a pytest-nvlink acceptance check (set on shipped checks)")
+    config.addinivalue_line(
+        "markers",
+        "nvlink(area, gate=False): a pytest-nvlink acceptance check; gate=True keeps it when the node cannot be probed",
+    )
     suite = _setting(config, "nvlink_suite")
     if suite is None:
         return
@@ -165,17 +169,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     run = _run(config)
     if run is None or not run.probe_failed():
         return
-    # Nothing was probed: one failing inventory check says why, instead of one failure per GPU and pair.
-    keep = [item for item in items if not _is_per_gpu(item)]
-    dropped = [item for item in items if _is_per_gpu(item)]
+    # Nothing was probed: the gate check says why in one line, instead of one failure per GPU and pair.
+    dropped = [item for item in items if _uses_node(item) and not _is_gate(item)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = keep
+        items[:] = [item for item in items if item not in dropped]
 
 
-def _is_per_gpu(item: pytest.Item) -> bool:
-    callspec = getattr(item, "callspec", None)
-    return callspec is not None and any(name.startswith("nvlink_") for name in callspec.params)
+def _uses_node(item: pytest.Item) -> bool:
+    return any(name.startswith("nvlink_") for name in getattr(item, "fixturenames", ()))
+
+
+def _is_gate(item: pytest.Item) -> bool:
+    marker = item.get_closest_marker("nvlink")
+    return marker is not None and bool(marker.kwargs.get("gate"))
 
 
 # --- fixtures ---------------------------------------------------------------------------------
@@ -200,6 +207,23 @@ def nvlink_node(nvlink_run: Run) -> Node:
 def nvlink_context(nvlink_run: Run) -> Context:
     """Node, suite and thresholds bundled for the verdict functions in ``pytest_nvlink.judges``."""
     return nvlink_run.context
+
+
+@pytest.fixture(scope="session")
+def nvlink_measurements(nvlink_run: Run, pytestconfig: pytest.Config) -> MeasurementProvider:
+    """P2P and collective figures: measured on first use (live, once per session) or read from the source."""
+    from pytest_nvlink.provider import LiveMeasurements, RecordedMeasurements
+
+    if nvlink_run.node.source != "live":
+        return RecordedMeasurements(nvlink_run.node)
+    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+
+    def progress(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(f"nvlink: {line}")
+
+    run = nvlink_run
+    return LiveMeasurements(run.node, run.suite, run.thresholds, progress, run.options.backend)
 
 
 @pytest.fixture

@@ -101,31 +101,36 @@ def check_table(stats: Mapping[str, Sequence[Any]]) -> str:
             name = str(report.nodeid).split("::")[-1].split("[")[0]
             counts[name][outcome] += 1
             if outcome in ("failed", "error") and name not in first_failure:
-                first_failure[name] = _short(getattr(report, "longreprtext", ""))
+                first_failure[name] = _short(report)
     rows = [
         [name, c["passed"], c["failed"] + c["error"], c["skipped"], first_failure.get(name, "")]
         for name, c in sorted(counts.items())
+        if sum(c.values())
     ]
     return tabulate(rows, headers=["check", "passed", "failed", "skipped", "first failure"], tablefmt="simple")
 
 
 def _call_reports(reports: Iterable[Any]) -> Iterator[Any]:
     for report in reports:
-        if getattr(report, "nodeid", None) and getattr(report, "when", "call") in ("call", "setup"):
-            if getattr(report, "when", None) == "setup" and getattr(report, "passed", False):
-                continue
+        when = getattr(report, "when", None)
+        # Setup reports count only when setup failed or skipped (the call never ran).
+        if when == "call" or (when == "setup" and not getattr(report, "passed", False)):
             yield report
 
 
-def _short(text: str, limit: int = 110) -> str:
+def _short(report: Any, limit: int = 110) -> str:
+    crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
+    text = str(getattr(crash, "message", "") or getattr(report, "longreprtext", ""))
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     line = line.removeprefix("Failed: ")
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def summary_lines(run: Run, stats: Mapping[str, Sequence[Any]]) -> list[str]:
-    lines = ["topology (nvidia-smi topo -m layout; 'A!B' = measured A where the suite expects B):"]
-    lines += topology_matrix(run).splitlines()
-    lines.append("")
+    lines: list[str] = []
+    if run.node.gpus:
+        lines.append("topology (nvidia-smi topo -m layout; 'A!B' = measured A where the suite expects B):")
+        lines += topology_matrix(run).splitlines()
+        lines.append("")
     lines += check_table(stats).splitlines()
     return lines

@@ -13,6 +13,7 @@ from pytest_nvlink.verdict import Verdict
 pytestmark = pytest.mark.nvlink("inventory")
 
 
+@pytest.mark.nvlink("inventory", gate=True)
 def test_gpu_count(nvlink_context: Context, nvlink_judge: Callable[[Verdict], None]) -> None:
     nvlink_judge(judges.gpu_count(nvlink_context))
 

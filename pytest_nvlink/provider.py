@@ -1,0 +1,97 @@
+"""Where the bandwidth checks get their figures: recorded in the node, or measured now.
+
+The checks ask a :class:`MeasurementProvider` and never learn whether the answer was measured
+a second ago on this machine or read from a snapshot or a vendor's burn-in log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from pytest_nvlink.config import Suite, Thresholds
+from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, Node, P2PMeasurement
+
+Progress = Callable[[str], None]
+
+
+class MeasurementProvider(Protocol):
+    def p2p(self, src: int, dst: int, kind: str) -> P2PMeasurement | None: ...
+
+    def collectives(self) -> list[CollectiveMeasurement]: ...
+
+    def nccl(self) -> NcclAudit | None: ...
+
+
+class RecordedMeasurements:
+    """Figures already in the node: a replayed snapshot or parsed evidence."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def p2p(self, src: int, dst: int, kind: str) -> P2PMeasurement | None:
+        found = [m for m in self._node.measurements.p2p if (m.src, m.dst, m.kind) == (src, dst, kind)]
+        # Several files may measure the same pair; the best figure is what the pair can do.
+        if not found:
+            return None
+        if kind == "latency":
+            return min(found, key=lambda m: m.value if m.value is not None else float("inf"))
+        return max(found, key=lambda m: m.value if m.value is not None else float("-inf"))
+
+    def collectives(self) -> list[CollectiveMeasurement]:
+        return list(self._node.measurements.collectives)
+
+    def nccl(self) -> NcclAudit | None:
+        return self._node.measurements.nccl
+
+
+class LiveMeasurements:
+    """Measures on this machine on first request, once per session, and records into the node.
+
+    The measurement code speaks CUDA device indices; the checks speak NVML indices. The two are
+    joined through ``Gpu.cuda_index`` (UUID/PCI match made by the probe).
+    """
+
+    def __init__(
+        self, node: Node, suite: Suite, thresholds: Thresholds, progress: Progress, backend: str | None = None
+    ) -> None:
+        self._node = node
+        self._suite = suite
+        self._thresholds = thresholds
+        self._progress = progress
+        self._backend = backend
+        self._p2p_done = False
+        self._collectives_done = False
+        self._recorded = RecordedMeasurements(node)
+
+    def _cuda_of(self) -> dict[int, int]:
+        return {gpu.index: gpu.cuda_index for gpu in self._node.gpus if gpu.cuda_index is not None}
+
+    def p2p(self, src: int, dst: int, kind: str) -> P2PMeasurement | None:
+        if not self._p2p_done:
+            self._p2p_done = True
+            from pytest_nvlink.live import measure_p2p
+
+            self._node.measurements.p2p.extend(measure_p2p(self._node, self._suite, self._cuda_of(), self._progress))
+        return self._recorded.p2p(src, dst, kind)
+
+    def collectives(self) -> list[CollectiveMeasurement]:
+        self._ensure_collectives()
+        return self._recorded.collectives()
+
+    def nccl(self) -> NcclAudit | None:
+        self._ensure_collectives()
+        return self._recorded.nccl()
+
+    def _ensure_collectives(self) -> None:
+        if self._collectives_done:
+            return
+        self._collectives_done = True
+        from pytest_nvlink.live import measure_collectives
+
+        results, audit = measure_collectives(
+            self._node, self._suite, self._thresholds, self._cuda_of(), self._progress, self._backend
+        )
+        self._node.measurements.collectives.extend(results)
+        if audit is not None:
+            self._node.measurements.nccl = audit
