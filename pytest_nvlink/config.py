@@ -42,8 +42,8 @@ def data_dir(kind: str) -> Path:
     raise ConfigError(f"{PACKAGE_DIR}: shipped {kind}/ folder not found; the installation is incomplete")
 
 
-def shipped_names(kind: str) -> list[str]:
-    return sorted(p.stem for p in data_dir(kind).glob("*.toml"))
+def shipped_names(kind: str, pattern: str = "*.toml") -> list[str]:
+    return sorted(p.stem for p in data_dir(kind).glob(pattern))
 
 
 # --- threshold schema -------------------------------------------------------------------------

@@ -29,8 +29,25 @@ class Context:
     def suite_where(self, key: str) -> str:
         return f"{self.suite.file.name}:{key}"
 
+    def first_unusable(self, *indices: int) -> int | None:
+        for index in indices:
+            gpu = self.node.gpu(index)
+            if gpu is None or gpu.problem:
+                return index
+        return None
+
+    def usable_gpus(self) -> int:
+        return sum(1 for gpu in self.node.gpus if gpu.problem is None)
+
     def missing_gpu(self, index: int) -> Verdict:
-        found = len(self.node.gpus)
+        found = self.usable_gpus()
+        gpu = self.node.gpu(index)
+        if gpu is not None and gpu.problem:
+            return failed(
+                f"GPU {index} (bus {gpu.pci_bus_id or 'unknown'}) is unusable: {gpu.problem}; likely cause: the GPU "
+                "fell off the bus (dmesg Xid 79) or a driver fault — reset it or reboot, then check cooling/power",
+                measured_properties("lost", "usable", "GPU state"),
+            )
         return failed(
             f"GPU {index} is expected by suite {self.suite.name} ({self.suite_where('suite.gpu_count')} = "
             f"{self.suite.gpu_count}) but only {found} GPU(s) were found; likely cause: a GPU fell off the bus "
@@ -50,11 +67,18 @@ def gpu_properties(gpu: Gpu) -> list[tuple[str, str]]:
 
 
 def gpu_count(ctx: Context) -> Verdict:
-    expected, found = ctx.suite.gpu_count, len(ctx.node.gpus)
+    expected, found = ctx.suite.gpu_count, ctx.usable_gpus()
     props = measured_properties(found, str(expected), "GPUs")
     if ctx.node.probe_errors and found == 0:
         reason = "; ".join(ctx.node.probe_errors)
         return failed(f"expected {expected} GPUs, found 0: {reason}", props)
+    lost = [f"GPU {g.index}: {g.problem}" for g in ctx.node.gpus if g.problem]
+    if lost:
+        return failed(
+            f"expected {expected} usable GPUs ({ctx.suite_where('suite.gpu_count')}), found {found}: "
+            f"{'; '.join(lost)}; likely cause: a GPU fell off the bus (dmesg Xid 79) — reset or reboot, then check it",
+            props,
+        )
     if found < expected:
         return failed(
             f"expected {expected} GPUs ({ctx.suite_where('suite.gpu_count')}), found {found}; likely cause: a GPU "
@@ -73,7 +97,7 @@ def gpu_count(ctx: Context) -> Verdict:
 
 def gpu_model(ctx: Context, index: int) -> Verdict:
     gpu = ctx.node.gpu(index)
-    if gpu is None:
+    if gpu is None or gpu.problem:
         return ctx.missing_gpu(index)
     accepted = " | ".join(ctx.suite.gpu_models)
     props = measured_properties(gpu.name, accepted, "model") + gpu_properties(gpu)
@@ -114,7 +138,7 @@ def _nvlink_threshold(ctx: Context, key: str) -> Threshold | None:
 
 def nvlink_active_links(ctx: Context, index: int) -> Verdict:
     gpu = ctx.node.gpu(index)
-    if gpu is None:
+    if gpu is None or gpu.problem:
         return ctx.missing_gpu(index)
     threshold = _nvlink_threshold(ctx, "active_links")
     if threshold is None:
@@ -161,7 +185,7 @@ def _links_message(ctx: Context, gpu: Gpu, active: int, expected: int, threshold
 
 def nvlink_version(ctx: Context, index: int) -> Verdict:
     gpu = ctx.node.gpu(index)
-    if gpu is None:
+    if gpu is None or gpu.problem:
         return ctx.missing_gpu(index)
     threshold = _nvlink_threshold(ctx, "version")
     if threshold is None or not _expects_links(ctx):
@@ -210,7 +234,7 @@ def _expects_links(ctx: Context) -> bool:
 
 def nvlink_speed(ctx: Context, index: int) -> Verdict:
     gpu = ctx.node.gpu(index)
-    if gpu is None:
+    if gpu is None or gpu.problem:
         return ctx.missing_gpu(index)
     threshold = _nvlink_threshold(ctx, "link_speed_min_gbps")
     if threshold is None or not _expects_links(ctx):
@@ -243,7 +267,7 @@ def nvlink_speed(ctx: Context, index: int) -> Verdict:
 
 def nvlink_errors(ctx: Context, index: int) -> Verdict:
     gpu = ctx.node.gpu(index)
-    if gpu is None:
+    if gpu is None or gpu.problem:
         return ctx.missing_gpu(index)
     limits = {name: ctx.thresholds.get(f"nvlink_errors.{name}_max") for name in ERROR_COUNTER_NAMES}
     if not _expects_links(ctx) or all(v is None for v in limits.values()):
@@ -297,7 +321,7 @@ def _worst_link(gpu: Gpu, counter: str) -> int | None:
 
 def fabric(ctx: Context, index: int) -> Verdict:
     gpu = ctx.node.gpu(index)
-    if gpu is None:
+    if gpu is None or gpu.problem:
         return ctx.missing_gpu(index)
     threshold = ctx.thresholds.get("fabric.required")
     if threshold is None or threshold.value is not True:
@@ -334,7 +358,7 @@ def fabric(ctx: Context, index: int) -> Verdict:
 
 def pcie_link(ctx: Context, index: int) -> Verdict:
     gpu = ctx.node.gpu(index)
-    if gpu is None:
+    if gpu is None or gpu.problem:
         return ctx.missing_gpu(index)
     gen_t, width_t = ctx.thresholds.get("pcie.generation_min"), ctx.thresholds.get("pcie.width_min")
     if gen_t is None and width_t is None:
@@ -368,9 +392,9 @@ def pcie_link(ctx: Context, index: int) -> Verdict:
 
 
 def pair_path(ctx: Context, a: int, b: int) -> Verdict:
-    missing = [i for i in (a, b) if ctx.node.gpu(i) is None]
-    if missing:
-        return ctx.missing_gpu(missing[0])
+    missing = ctx.first_unusable(a, b)
+    if missing is not None:
+        return ctx.missing_gpu(missing)
     expected = ctx.suite.expected_path(a, b)
     key = "topology.pairs" if (min(a, b), max(a, b)) in ctx.suite.pairs else "topology.default"
     actual = ctx.node.path(a, b)
@@ -428,9 +452,9 @@ _P2P_CAPS_ON_NVLINK: tuple[str, ...] = ("read", "write", "nvlink")
 
 
 def p2p_status(ctx: Context, src: int, dst: int) -> Verdict:
-    missing = [i for i in (src, dst) if ctx.node.gpu(i) is None]
-    if missing:
-        return ctx.missing_gpu(missing[0])
+    missing = ctx.first_unusable(src, dst)
+    if missing is not None:
+        return ctx.missing_gpu(missing)
     if not ctx.suite.pair_expects_nvlink(src, dst):
         return not_applicable(
             f"suite {ctx.suite.name} expects a PCIe path between GPU {src} and GPU {dst}; P2P over PCIe is not required"

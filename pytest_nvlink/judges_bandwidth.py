@@ -30,6 +30,9 @@ def _pair_props(src: int, dst: int, m: P2PMeasurement | None) -> list[tuple[str,
 def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | None) -> Verdict:
     key, unit, comparison = P2P_KINDS[kind]
     threshold = ctx.thresholds.get(key)
+    missing = ctx.first_unusable(src, dst)
+    if missing is not None:
+        return ctx.missing_gpu(missing)
     if not ctx.suite.pair_expects_nvlink(src, dst):
         return not_applicable(
             f"suite {ctx.suite.name} expects PCIe between GPU {src} and GPU {dst}; {key} is an NVLink figure"
@@ -81,6 +84,9 @@ def _bandwidth_cause(ctx: Context, src: int, dst: int, kind: str, value: float) 
 
 def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Verdict:
     """Pass only if NVLink counters carried the bytes of the copy (not PCIe)."""
+    missing = ctx.first_unusable(src, dst)
+    if missing is not None:
+        return ctx.missing_gpu(missing)
     if not ctx.suite.pair_expects_nvlink(src, dst):
         return not_applicable(f"suite {ctx.suite.name} expects PCIe between GPU {src} and GPU {dst}")
     waived = ctx.thresholds.get("p2p.counters_waived")

@@ -97,6 +97,8 @@ class Gpu:
     nvlinks: list[NvLinkInfo] | None = None
     fabric: FabricInfo | None = None
     virtualization_mode: str | None = None  # "none" | "passthrough" | "vgpu" | "host_vgpu" | ...
+    # Set when the GPU is enumerated but unusable (NVML GpuIsLost, fell off the bus).
+    problem: str | None = None
 
     def active_link_count(self) -> int | None:
         if self.nvlinks is None or any(link.active is None for link in self.nvlinks):

@@ -115,12 +115,9 @@ def _optional_path(config: pytest.Config, name: str) -> Path | None:
 
 
 def _live_probe() -> Node:
-    from pytest_nvlink.nvml_probe import join_cuda_indices, probe_node, torch_cuda_devices
+    from pytest_nvlink.nvml_probe import probe_node
 
-    node = probe_node()
-    if node.gpus:
-        join_cuda_indices(node, torch_cuda_devices())
-    return node
+    return probe_node()
 
 
 def _run(config: pytest.Config) -> Run | None:

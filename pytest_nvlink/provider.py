@@ -65,6 +65,11 @@ class LiveMeasurements:
         self._recorded = RecordedMeasurements(node)
 
     def _cuda_of(self) -> dict[int, int]:
+        # torch is imported only here, so topology-only runs never pay for it.
+        if self._node.gpus and all(gpu.cuda_index is None for gpu in self._node.gpus):
+            from pytest_nvlink.nvml_probe import join_cuda_indices, torch_cuda_devices
+
+            join_cuda_indices(self._node, torch_cuda_devices())
         return {gpu.index: gpu.cuda_index for gpu in self._node.gpus if gpu.cuda_index is not None}
 
     def p2p(self, src: int, dst: int, kind: str) -> P2PMeasurement | None:

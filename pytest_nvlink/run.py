@@ -13,6 +13,7 @@ from pathlib import Path
 from pytest_nvlink.config import (
     ConfigError,
     Suite,
+    data_dir,
     Thresholds,
     load_suite,
     load_thresholds,
@@ -80,7 +81,7 @@ def _load_node(options: RunOptions, live_probe: Callable[[], Node]) -> Node:
         from pytest_nvlink.snapshot import SnapshotError, load_snapshot
 
         try:
-            return load_snapshot(options.replay)
+            return load_snapshot(_snapshot_path(options.replay))
         except SnapshotError as exc:
             raise ConfigError(f"--nvlink-replay: {exc}") from None
     if options.evidence:
@@ -91,6 +92,17 @@ def _load_node(options: RunOptions, live_probe: Callable[[], Node]) -> Node:
         except EvidenceError as exc:
             raise ConfigError(f"--nvlink-evidence: {exc}") from None
     return live_probe()
+
+
+def _snapshot_path(replay: Path) -> Path:
+    """A path, or the name of a shipped example snapshot (``h100-8gpu-healthy``)."""
+    if replay.exists() or replay.suffix or len(replay.parts) > 1:
+        return replay
+    shipped = data_dir("snapshots") / f"{replay}.json"
+    if not shipped.is_file():
+        known = ", ".join(shipped_names("snapshots", "*.json"))
+        raise ConfigError(f"--nvlink-replay: {replay} is neither a file nor a shipped snapshot ({known})")
+    return shipped
 
 
 def _choose_suite(ref: str, node: Node) -> tuple[str, str | None]:

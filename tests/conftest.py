@@ -1,0 +1,30 @@
+"""Shared helpers: paths to the shipped data and a fake ``pynvml`` installed at the import seam."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SNAPSHOTS = REPO / "snapshots"
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture
+def install_fake_nvml(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
+    """Put a snapshot-driven fake ``pynvml`` into ``sys.modules`` for the live probe to import."""
+    from fake_pynvml import make_fake_pynvml
+
+    from pytest_nvlink.snapshot import load_snapshot
+
+    def install(snapshot: str | None, **options: Any) -> Any:
+        node = load_snapshot(SNAPSHOTS / f"{snapshot}.json") if snapshot else None
+        module = make_fake_pynvml(node, **options)
+        monkeypatch.setitem(sys.modules, "pynvml", module)
+        return module
+
+    return install
