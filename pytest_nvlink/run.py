@@ -13,8 +13,8 @@ from pathlib import Path
 from pytest_nvlink.config import (
     ConfigError,
     Suite,
-    data_dir,
     Thresholds,
+    data_dir,
     load_suite,
     load_thresholds,
     pick_suite_for,

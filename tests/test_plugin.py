@@ -86,7 +86,8 @@ def test_topology_selection_starts_no_measurement(
         """
         import sys
         def pytest_sessionfinish(session):
-            session.config._nvlink_seen = sorted(m for m in sys.modules if m.startswith(("torch", "pytest_nvlink.live")))
+            heavy = ("torch", "pytest_nvlink.live")
+            session.config._nvlink_seen = sorted(m for m in sys.modules if m.startswith(heavy))
         def pytest_unconfigure(config):
             print("MEASURE-MODULES", getattr(config, "_nvlink_seen", None))
         """
@@ -147,7 +148,8 @@ def test_ini_keys_configure_the_run(pytester: pytest.Pytester) -> None:
         f"[pytest]\nnvlink_suite = h100-8gpu\nnvlink_replay = h100-8gpu-healthy\nnvlink_thresholds = {site}\n"
     )
     pytester.makepyfile(
-        test_x="def test_links(nvlink_context):\n    assert nvlink_context.thresholds.value('nvlink.active_links') == 16\n"
+        test_x="def test_links(nvlink_context):\n"
+        "    assert nvlink_context.thresholds.value('nvlink.active_links') == 16\n"
     )
     result = pytester.runpytest("test_x.py")
     result.assert_outcomes(passed=1)
