@@ -1,0 +1,213 @@
+"""Parser for ``NCCL_DEBUG=INFO`` logs: the transports NCCL picked and the warnings it gave.
+
+Lines look like ``host:pid:tid [dev] NCCL INFO msg`` or ``host:pid:tid [dev] file.cc:123 NCCL WARN msg``.
+Non-NCCL lines (the application's own output) are skipped, but a ``Channel ... via`` line that does
+not have the expected shape is an error: those lines are the evidence for P2P vs SHM/NET fallback.
+Used both on logs users hand in and on the per-rank logs (NCCL_DEBUG_FILE) of our own runs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from pytest_nvlink.model import NcclAudit, TransportChannel
+from pytest_nvlink.parsers.common import ParseError, bad_line, split_lines
+
+_PREFIX = re.compile(
+    r"(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+(?:(?P<file>\S+:\d+)\s+)?"
+    r"NCCL\s+(?P<level>INFO|WARN|TRACE|ABORT)\s?(?P<msg>.*)"
+)
+_CHANNEL = re.compile(
+    r"Channel\s+(\d+)(?:/(\d+))?\s*:\s*(\d+)\[(\d+)\]\s*->\s*(\d+)\[(\d+)\]\s*(?:\[(send|receive)\]\s*)?via\s+(\S.*?)\s*"
+)
+_TRANSPORTS = {"P2P": "P2P", "SHM": "SHM", "NET": "NET", "NVLS": "NVLS", "COLLNET": "COLLNET"}
+_NVLS = re.compile(r"NVLS multicast support is (not )?available on dev (\d+)")
+_CHANNEL_COUNTS = re.compile(r"(\d+)\s+([a-z0-9 ]+?)\s+channels(?=,|$)")
+_COMM = re.compile(r"nRanks\s+(\d+)\s+nNodes\s+(\d+)\s+localRanks\s+(\d+)")
+_INIT = re.compile(
+    r"ncclCommInitRank.*?\brank\s+(\d+)\s+nranks\s+(\d+)\s+cudaDev\s+(\d+)(?:\s+nvmlDev\s+(\d+))?"
+    r"(?:\s+busId\s+([0-9a-fA-F]+))?"
+)
+_ENV = re.compile(r"(NCCL_\w+|CUDA_\w+)\s+set by environment to\s+(.*?)\.?\s*")
+_P2P_PROBLEMS = re.compile(
+    r"Could not enable P2P between dev|P2P is disabled between NVLINK connected GPUs|peer query failed between dev"
+)
+
+
+@dataclass(frozen=True)
+class Channel:
+    channel: int
+    src_rank: int
+    src_dev: int
+    dst_rank: int
+    dst_dev: int
+    transport: str  # "P2P", "SHM", "NET", "NVLS", "COLLNET", or the upper-cased word NCCL printed
+    detail: str  # text after "via", e.g. "P2P/CUMEM/read"
+    direction: str | None = None  # "send" / "receive" for NET connections
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    rank: int
+    nranks: int
+    cuda_dev: int
+    nvml_dev: int | None
+    bus_id: str | None
+    host: str
+
+
+@dataclass(frozen=True)
+class NcclLog:
+    version: str | None
+    channels: tuple[Channel, ...]
+    nvls_available: bool | None  # False if any device said "not available"
+    channel_counts: dict[str, int]  # "coll", "collnet", "nvls", "p2p", ... (the largest seen)
+    nnodes: int | None
+    local_ranks: int | None
+    nranks: int | None
+    ranks: dict[int, RankInfo]
+    p2p_problems: tuple[str, ...]
+    env: dict[str, str]
+    warnings: tuple[str, ...]
+    hosts: tuple[str, ...]
+
+    @property
+    def last_warn(self) -> str | None:
+        return self.warnings[-1] if self.warnings else None
+
+    @property
+    def nvls_channels(self) -> int | None:
+        return self.channel_counts.get("nvls")
+
+
+@dataclass
+class _Builder:
+    version: str | None = None
+    channels: dict[Channel, None] = field(default_factory=dict)  # ordered set
+    nvls: dict[int, bool] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    comm: tuple[int, int, int] | None = None
+    ranks: dict[int, RankInfo] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    hosts: dict[str, None] = field(default_factory=dict)
+    nccl_lines: int = 0
+
+
+def parse(text: str) -> NcclLog:
+    out = _Builder()
+    _read_into(text, out)
+    if out.nccl_lines == 0:
+        raise ParseError("expected NCCL_DEBUG log lines ('host:pid:tid [dev] NCCL INFO ...'); none found", 0)
+    return _freeze(out)
+
+
+def parse_many(texts: Iterable[str]) -> NcclLog:
+    """Merge the logs of several ranks (one file each) into one view; every text must be a log."""
+    out = _Builder()
+    for number, text in enumerate(texts, start=1):
+        before = out.nccl_lines
+        try:
+            _read_into(text, out)
+        except ParseError as exc:
+            raise ParseError(f"log {number}: {exc.message}", exc.line_no) from None
+        if out.nccl_lines == before:
+            raise ParseError(f"log {number}: expected NCCL_DEBUG log lines; none found", 0)
+    if out.nccl_lines == 0:
+        raise ParseError("no NCCL logs given", 0)
+    return _freeze(out)
+
+
+def to_audit(log: NcclLog, source: str | None) -> NcclAudit:
+    channels = [
+        TransportChannel(c.channel, c.src_rank, c.src_dev, c.dst_rank, c.dst_dev, c.transport, c.detail)
+        for c in log.channels
+    ]
+    return NcclAudit(
+        channels=channels,
+        nvls_available=log.nvls_available,
+        nvls_channels=log.nvls_channels,
+        p2p_disabled_warnings=list(log.p2p_problems),
+        env=dict(log.env),
+        last_warn=log.last_warn,
+        source=source,
+    )
+
+
+def _freeze(out: _Builder) -> NcclLog:
+    nvls = None if not out.nvls else all(out.nvls.values())
+    nranks, nnodes, local = out.comm if out.comm else (None, None, None)
+    if nranks is None and out.ranks:
+        nranks = next(iter(out.ranks.values())).nranks
+    return NcclLog(
+        version=out.version,
+        channels=tuple(out.channels),
+        nvls_available=nvls,
+        channel_counts=dict(out.counts),
+        nnodes=nnodes,
+        local_ranks=local,
+        nranks=nranks,
+        ranks=dict(sorted(out.ranks.items())),
+        p2p_problems=tuple(dict.fromkeys(out.problems)),
+        env=dict(out.env),
+        warnings=tuple(out.warnings),
+        hosts=tuple(out.hosts),
+    )
+
+
+def _read_into(text: str, out: _Builder) -> None:
+    for line_no, raw in enumerate(split_lines(text), start=1):
+        match = _PREFIX.search(raw)
+        if match is None:
+            if re.search(r"\bNCCL\s+(?:INFO|WARN)\b.*\bChannel\b.*\bvia\b", raw):
+                raise bad_line("'host:pid:tid [dev] NCCL INFO Channel ...' prefix", raw, line_no)
+            continue
+        out.nccl_lines += 1
+        out.hosts[match.group("host")] = None
+        msg = match.group("msg").strip()
+        if match.group("level") == "WARN":
+            out.warnings.append(msg)
+        _read_message(msg, match.group("host"), raw, line_no, out)
+
+
+def _read_message(msg: str, host: str, raw: str, line_no: int, out: _Builder) -> None:
+    if msg.startswith("Channel") and " via " in f" {msg} ":
+        out.channels[_channel(msg, raw, line_no)] = None
+    elif match := re.match(r"NCCL version\s+(\S+)", msg):
+        _set_once_version(out, match.group(1), raw, line_no)
+    elif match := _NVLS.search(msg):
+        dev = int(match.group(2))
+        out.nvls[dev] = out.nvls.get(dev, True) and match.group(1) is None
+    elif "channels" in msg and (counts := _CHANNEL_COUNTS.findall(msg)):
+        for number, name in counts:
+            key = name.strip().replace(" ", "_")
+            out.counts[key] = max(out.counts.get(key, 0), int(number))
+    elif match := _COMM.search(msg):
+        out.comm = (int(match.group(1)), int(match.group(2)), int(match.group(3)))
+    elif match := _INIT.search(msg):
+        rank, nranks, cuda_dev, nvml_dev, bus = match.groups()
+        info = RankInfo(int(rank), int(nranks), int(cuda_dev), int(nvml_dev) if nvml_dev else None, bus, host)
+        out.ranks.setdefault(info.rank, info)
+    elif match := _ENV.fullmatch(msg):
+        out.env[match.group(1)] = match.group(2)
+    if _P2P_PROBLEMS.search(msg):
+        out.problems.append(msg)
+
+
+def _set_once_version(out: _Builder, version: str, raw: str, line_no: int) -> None:
+    if out.version is not None and out.version != version:
+        raise bad_line(f"one NCCL version per log (saw {out.version} before)", raw, line_no)
+    out.version = version
+
+
+def _channel(msg: str, raw: str, line_no: int) -> Channel:
+    match = _CHANNEL.fullmatch(msg)
+    if match is None:
+        raise bad_line("'Channel NN/N : R[D] -> R[D] via TRANSPORT/...'", raw, line_no)
+    channel, _, src, src_dev, dst, dst_dev, direction, detail = match.groups()
+    word = re.split(r"[/\s]", detail, maxsplit=1)[0].upper()
+    transport = _TRANSPORTS.get(word, word)
+    return Channel(int(channel), int(src), int(src_dev), int(dst), int(dst_dev), transport, detail, direction)

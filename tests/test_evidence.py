@@ -1,0 +1,307 @@
+"""Loading a folder of tool outputs into one evidence Node, and refusing files that disagree."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_nvlink.evidence import FAMILIES, EvidenceConflict, EvidenceError, coverage, load_evidence
+from pytest_nvlink.model import Gpu, Node, NvLinkInfo, PairPath
+from pytest_nvlink.snapshot import snapshot_document
+
+DATA = Path(__file__).parent / "data" / "evidence"
+A100_TOPO = "topo/a100-sxm4-80gb-8gpu-distserve3.txt"
+A100_P2P = "p2pBandwidthLatencyTest/a100-sxm4-80gb-8gpu-distserve3.txt"
+H100_TOPO = "topo/h100-sxm-8gpu-baremetal-supermicro-nccl1264-partial.txt"
+H100_STATUS = "nvlink/h100-sxm-8gpu-aws-p5-nvlink-status.txt"
+A100_ERRORS = "nvlink/a100-sxm4-40gb-vm-brev-nvlink-e-all.txt"
+NCCL_TESTS = "nccl-tests/a100-sxm4-40gb-8gpu-oci-bm-gpu4-allreduce.txt"
+NVBANDWIDTH = "nvbandwidth/nvbandwidth-readme-example-8gpu-old-format.txt"
+NCCL_LOG = "nccl-debug/h20-nvlink-two-pods-p2p-cumem-nccl1781.txt"
+L40S_TOPO = "topo/l40s-4gpu-pcie-only-node-sys.txt"
+
+
+def sample(relative: str) -> str:
+    lines = (DATA / relative).read_text(encoding="utf-8").split("\n")
+    assert all(line.startswith("# ") for line in lines[:3]) and lines[3] == ""
+    return "\n".join(lines[4:])
+
+
+def stage(tmp_path: Path, *relatives: str) -> Path:
+    """Copy samples (without their header lines) into a fresh folder, keeping sub-folders."""
+    root = tmp_path / "evidence"
+    for relative in relatives:
+        target = root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(sample(relative), encoding="utf-8")
+    return root
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a100_topo_and_p2p_test_merge(tmp_path: Path) -> None:
+    root = stage(tmp_path, A100_TOPO, A100_P2P)
+    node = load_evidence([root])
+    assert node.source == "evidence"
+    assert len(node.gpus) == 8
+    assert {gpu.name for gpu in node.gpus} == {"NVIDIA A100-SXM4-80GB"}
+    assert node.gpus[5].cpu_affinity == "64-127,192-254" and node.gpus[5].numa_node == 1
+    assert node.paths is not None and len(node.paths) == 28
+    assert {p.path for p in node.paths} == {"NV12"}
+    status = node.p2p_status(3, 6)
+    assert status is not None and (status.read, status.write, status.nvlink) == ("ok", "ok", None)
+    uni = [m for m in node.measurements.p2p if m.kind == "unidirectional"]
+    assert len(uni) == 56
+    first = next(m for m in uni if (m.src, m.dst) == (1, 0))
+    assert first.value == 265.05 and first.unit == "GB/s" and first.can_access_peer is True
+    assert first.source == f"p2pBandwidthLatencyTest: {root / A100_P2P}"
+    bidir = next(m for m in node.measurements.p2p if m.kind == "bidirectional" and (m.src, m.dst) == (4, 5))
+    assert bidir.value == 517.80
+    latency = next(m for m in node.measurements.p2p if m.kind == "latency" and (m.src, m.dst) == (0, 1))
+    assert latency.value == 3.38 and latency.unit == "us"
+    assert node.provenance["paths"] == str(root / A100_TOPO)
+    assert node.provenance["inventory"] == f"{root / A100_P2P}, {root / A100_TOPO}"
+    assert node.provenance["p2p"] == node.provenance["p2p_bandwidth"] == str(root / A100_P2P)
+
+
+def test_h100_topo_and_nvlink_status(tmp_path: Path) -> None:
+    node = load_evidence([stage(tmp_path, H100_TOPO, H100_STATUS)])
+    assert len(node.gpus) == 8
+    assert node.path(0, 7) == "NV18"
+    for gpu in node.gpus:
+        assert gpu.name == "NVIDIA H100 80GB HBM3"
+        assert gpu.active_link_count() == 18
+        assert gpu.nvlinks is not None and {link.speed_gbps for link in gpu.nvlinks} == {26.562}
+        assert all(link.version is None for link in gpu.nvlinks)
+    assert "gpu_count" not in node.unknown_reasons
+
+
+def test_nvlink_errors_alone(tmp_path: Path) -> None:
+    node = load_evidence([stage(tmp_path, A100_ERRORS)])
+    assert len(node.gpus) == 8
+    assert node.gpus[2].uuid == "GPU-0cc8109e-9c4f-eb6f-9379-df66f71f032c"
+    links = node.gpus[2].nvlinks
+    assert links is not None and len(links) == 12
+    assert links[0].errors == {"replay": 0, "recovery": 0, "crc_flit": 0}
+    assert node.gpus[2].active_link_count() is None  # -e alone does not say which links are up
+    assert "gpu_count" in node.unknown_reasons  # nvlink output is not a complete inventory
+    assert node.provenance["nvlink_errors"].endswith("a100-sxm4-40gb-vm-brev-nvlink-e-all.txt")
+    assert "nvlinks" not in node.provenance
+
+
+def test_status_and_errors_merge_into_the_same_links(tmp_path: Path) -> None:
+    status = write(tmp_path, "s.txt", "GPU 0: G (UUID: GPU-1)\n\t Link 0: 25.781 GB/s\n\t Link 1: <inactive>\n")
+    errors = write(tmp_path, "e.txt", "GPU 0: G (UUID: GPU-1)\n\t Link 0: Replay Errors: 3\n\t Link 1: CRC Errors: 0\n")
+    node = load_evidence([status, errors])
+    links = node.gpus[0].nvlinks
+    assert links == [
+        NvLinkInfo(link=0, active=True, speed_gbps=25.781, errors={"replay": 3}),
+        NvLinkInfo(link=1, active=False, errors={"crc_flit": 0}),
+    ]
+    assert node.provenance["nvlinks"] == str(status) and node.provenance["nvlink_errors"] == str(errors)
+
+
+def test_all_links_inactive_means_no_active_link(tmp_path: Path) -> None:
+    message = "NVML: Unable to retrieve NVLink information as all links are inActive"
+    text = f"GPU 0: NVIDIA H100 PCIe (UUID: GPU-1)\n\t {message}\n"
+    node = load_evidence([write(tmp_path, "s.txt", text)])
+    assert node.gpus[0].nvlinks == [] and node.gpus[0].active_link_count() == 0
+
+
+def test_nccl_tests_become_collective_measurements(tmp_path: Path) -> None:
+    root = stage(tmp_path, NCCL_TESTS)
+    node = load_evidence([root])
+    rows = node.measurements.collectives
+    assert len(rows) == 28
+    assert {(r.op, r.world_size, r.correct, r.backend) for r in rows} == {("all_reduce", 8, True, "nccl")}
+    assert rows[-1].busbw_gbps == 235.14 and rows[-1].size_bytes == 8589934592 and rows[-1].time_us == 63929.0
+    assert rows[0].source == f"nccl-tests: {root / NCCL_TESTS}"
+    assert node.host == "inst-ks8ls-comp"
+    assert node.gpus[0].name == "NVIDIA A100-SXM4-40GB"
+
+
+def test_nccl_tests_na_wrong_is_unknown_correctness(tmp_path: Path) -> None:
+    text = sample(NCCL_TESTS).replace("      0    ", "    N/A    ").replace("      0\n", "    N/A\n")
+    node = load_evidence([write(tmp_path, "r.txt", text)])
+    assert {r.correct for r in node.measurements.collectives} == {None}
+
+
+def test_nccl_tests_with_debug_lines_also_audits_transport(tmp_path: Path) -> None:
+    lines = sample(NCCL_TESTS).split("\n")
+    lines.insert(12, "inst:944:990 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read")
+    node = load_evidence([write(tmp_path, "r.txt", "\n".join(lines))])
+    assert len(node.measurements.collectives) == 28
+    assert node.measurements.nccl is not None
+    assert node.measurements.nccl.channels[0].detail == "P2P/CUMEM/read"
+
+
+def test_nccl_log_becomes_audit(tmp_path: Path) -> None:
+    root = stage(tmp_path, NCCL_LOG)
+    node = load_evidence([root])
+    audit = node.measurements.nccl
+    assert audit is not None
+    assert len(audit.channels) == 48 and {c.transport for c in audit.channels} == {"P2P"}
+    assert audit.nvls_channels == 0
+    assert audit.source == str(root / NCCL_LOG)
+    assert node.provenance["nccl_transport"] == str(root / NCCL_LOG)
+    assert node.gpus == []
+
+
+def test_per_rank_logs_merge(tmp_path: Path) -> None:
+    rank0 = write(tmp_path, "nccl.h.1", "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n")
+    rank1 = write(tmp_path, "nccl.h.2", "h:3:4 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via SHM/direct/direct\n")
+    node = load_evidence([rank0, rank1])
+    assert node.measurements.nccl is not None
+    assert [c.transport for c in node.measurements.nccl.channels] == ["P2P", "SHM"]
+    assert node.provenance["nccl_transport"] == f"{rank0}, {rank1}"
+
+
+def test_nvbandwidth_direction(tmp_path: Path) -> None:
+    node = load_evidence([stage(tmp_path, NVBANDWIDTH)])
+    assert len(node.gpus) == 8
+    measured = node.measurements.p2p
+    assert len(measured) == 56 and {m.kind for m in measured} == {"unidirectional"}
+    # "GPU(row) <- GPU(column)": the 274.89 cell at row 6, column 0 is a copy from GPU 0 into GPU 6.
+    slowest = min(measured, key=lambda m: m.value or 0.0)
+    assert (slowest.src, slowest.dst, slowest.value) == (0, 6, 274.89)
+    assert slowest.source is not None and slowest.source.startswith("nvbandwidth device_to_device_memcpy_write_ce: ")
+
+
+def test_every_family_covered_by_a_consistent_set(tmp_path: Path) -> None:
+    root = stage(tmp_path, A100_TOPO, A100_P2P, NCCL_LOG)
+    write(root, "errors.txt", "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1)\n\t Link 0: Replay Errors: 0\n")
+    write(root, "status.txt", "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1)\n\t Link 0: 25.0 GB/s\n")
+    tests = sample(NCCL_TESTS).replace("A100-SXM4-40GB", "A100-SXM4-80GB")
+    write(root, "allreduce.log", tests)
+    node = load_evidence([root])
+    covered = dict(coverage(node))
+    assert list(covered) == list(FAMILIES)
+    assert all(covered.values()), covered
+
+
+def test_gpu_count_conflict_names_both_files(tmp_path: Path) -> None:
+    root = stage(tmp_path, A100_TOPO, L40S_TOPO)
+    with pytest.raises(EvidenceConflict, match="GPU count") as info:
+        load_evidence([root])
+    message = str(info.value)
+    assert "a100-sxm4-80gb-8gpu-distserve3.txt" in message and "l40s-4gpu-pcie-only-node-sys.txt" in message
+    assert "says 4" in message and "says 8" in message
+
+
+def test_seven_gpu_nvbandwidth_conflicts_with_eight_gpu_topo(tmp_path: Path) -> None:
+    lines = sample(NVBANDWIDTH).split("\n")
+    seven = [line.rsplit(maxsplit=1)[0] if i >= 2 else line for i, line in enumerate(lines[:10])]
+    root = stage(tmp_path, A100_TOPO)
+    write(root, "nvb.txt", "\n".join(seven))
+    with pytest.raises(EvidenceConflict, match=r"GPU count: .*nvb\.txt says 7 but .*distserve3\.txt says 8"):
+        load_evidence([root])
+
+
+def test_model_name_conflict(tmp_path: Path) -> None:
+    root = stage(tmp_path, A100_P2P, A100_ERRORS)
+    with pytest.raises(EvidenceConflict, match="GPU 0 name") as info:
+        load_evidence([root])
+    assert "NVIDIA A100-SXM4-40GB" in str(info.value) and "NVIDIA A100-SXM4-80GB" in str(info.value)
+
+
+def test_path_conflict(tmp_path: Path) -> None:
+    root = stage(tmp_path, A100_TOPO, H100_TOPO)
+    with pytest.raises(EvidenceConflict, match=r"path GPU0-GPU1: .* says 'NV12' but .* says 'NV18'"):
+        load_evidence([root])
+
+
+def test_topo_mp_does_not_claim_nvlink_absent(tmp_path: Path) -> None:
+    text = "$ nvidia-smi topo -mp\n\tGPU0\tGPU1\nGPU0\t X \tPXB\nGPU1\tPXB\t X \n"
+    node = load_evidence([write(tmp_path, "mp.txt", text)])
+    assert node.paths is None
+    assert "topo -mp" in node.unknown_reasons["paths"]
+    assert len(node.gpus) == 2
+
+
+def test_topo_p2p_needs_its_capability(tmp_path: Path) -> None:
+    matrix = "\tGPU0\tGPU1\nGPU0\tX\tOK\nGPU1\tCNS\tX\n"
+    node = load_evidence([write(tmp_path, "w.txt", "nvidia-smi topo -p2p w\n" + matrix)])
+    assert node.p2p_status(0, 1) is not None and node.p2p_status(0, 1).write == "ok"  # type: ignore[union-attr]
+    assert node.p2p_status(1, 0).write == "chipset_not_supported"  # type: ignore[union-attr]
+    with pytest.raises(EvidenceError, match=r"x\.txt: .*which capability"):
+        load_evidence([write(tmp_path, "x.txt", matrix)])
+
+
+def test_unknown_kind_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    root = stage(tmp_path, A100_TOPO)
+    write(root, "notes.md", "we looked at the server and it seemed fine\n")
+    with pytest.raises(EvidenceError, match=r"notes\.md: cannot tell which tool"):
+        load_evidence([root])
+
+
+def test_unparsable_file_names_file_and_line(tmp_path: Path) -> None:
+    text = sample(A100_TOPO).replace(
+        "GPU3    NV12    NV12    NV12     X      NV12", "GPU3    NV12    NV12     X      NV12"
+    )
+    with pytest.raises(EvidenceError, match=r"bad\.txt:5: .*GPU3") as info:
+        load_evidence([write(tmp_path, "bad.txt", text)])
+    assert not isinstance(info.value, EvidenceConflict)
+
+
+def test_binary_files_skipped_in_folders_refused_by_name(tmp_path: Path) -> None:
+    root = stage(tmp_path, L40S_TOPO)
+    (root / "core.bin").write_bytes(b"\x7fELF\x00\x01\x02")
+    assert len(load_evidence([root]).gpus) == 4
+    with pytest.raises(EvidenceError, match=r"core\.bin: not a text file"):
+        load_evidence([root / "core.bin"])
+
+
+def test_missing_path_and_empty_folder(tmp_path: Path) -> None:
+    with pytest.raises(EvidenceError, match="no such file"):
+        load_evidence([tmp_path / "nope"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(EvidenceError, match="no evidence files"):
+        load_evidence([tmp_path / "empty"])
+
+
+def test_nccl_tests_with_unknown_collective_is_refused(tmp_path: Path) -> None:
+    devices = "".join(f"#  Rank {r} Group 0 Pid 1 on h device {r} [0x{r:02x}] GPU\n" for r in range(8))
+    text = devices + " 1048576  32768  float  none  -1  50.0  20.00  17.50  0  50.0  20.00  17.50  0\n"
+    with pytest.raises(EvidenceError, match="which collective"):
+        load_evidence([write(tmp_path, "ag.txt", text)])
+
+
+def test_snapshot_json_merges_with_text_evidence(tmp_path: Path) -> None:
+    snap = Node(source="live", driver_version="550.54.15")
+    snap.gpus = [
+        Gpu(index=i, name="NVIDIA H100 80GB HBM3", nvlinks=[NvLinkInfo(link=0, active=True)]) for i in range(8)
+    ]
+    snap.paths = [PairPath(0, 1, "NV18")]
+    path = write(tmp_path, "snap.json", json.dumps(snapshot_document(snap)))
+    root = stage(tmp_path, H100_TOPO)
+    node = load_evidence([path, root])
+    assert node.source == "evidence" and node.driver_version == "550.54.15"
+    assert node.path(0, 1) == "NV18" and node.gpus[0].nvlinks == [NvLinkInfo(link=0, active=True)]
+    snap.paths = [PairPath(0, 1, "SYS")]
+    write(tmp_path, "snap.json", json.dumps(snapshot_document(snap)))
+    with pytest.raises(EvidenceConflict, match="path GPU0-GPU1"):
+        load_evidence([path, root])
+
+
+def test_bad_snapshot_is_an_evidence_error(tmp_path: Path) -> None:
+    document = {"kind": "pytest-nvlink-snapshot", "schema_version": 99, "node": {}}
+    with pytest.raises(EvidenceError, match="schema_version"):
+        load_evidence([write(tmp_path, "s.json", json.dumps(document))])
+
+
+def test_crlf_and_bom_files(tmp_path: Path) -> None:
+    path = tmp_path / "topo.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + sample(L40S_TOPO).replace("\n", "\r\n").encode())
+    assert load_evidence([path]).path(0, 2) == "SYS"
+
+
+def test_nccl_tests_without_rank_count_is_refused(tmp_path: Path) -> None:
+    text = "$ ./all_reduce_perf -g 8\n 1048576  262144  float  sum  -1  50.0  20.00  35.00  0  50.0  20.00  35.00  0\n"
+    with pytest.raises(EvidenceError, match="number of ranks is unknown"):
+        load_evidence([write(tmp_path, "ar.txt", text)])
