@@ -133,4 +133,25 @@ def summary_lines(run: Run, stats: Mapping[str, Sequence[Any]]) -> list[str]:
         lines += topology_matrix(run).splitlines()
         lines.append("")
     lines += check_table(stats).splitlines()
+    if run.node.source == "evidence":
+        lines += ["", *evidence_coverage(run.node).splitlines()]
     return lines
+
+
+# Which check functions each evidence family feeds, for the coverage table.
+FAMILY_CHECKS: dict[str, str] = {
+    "inventory": "test_gpu_count, test_gpu_model, test_driver",
+    "paths": "test_path",
+    "p2p": "test_p2p_status",
+    "nvlinks": "test_nvlink_active_links, test_nvlink_version, test_nvlink_speed",
+    "nvlink_errors": "test_nvlink_errors",
+    "p2p_bandwidth": "test_p2p_unidirectional, test_p2p_bidirectional, test_p2p_latency, test_p2p_path_proof",
+    "collectives": "test_collective_busbw",
+    "nccl_transport": "test_nccl_transport",
+}
+
+
+def evidence_coverage(node: Node) -> str:
+    """Which evidence file fed which checks; an empty cell means those checks had no evidence."""
+    rows = [[family, checks, node.provenance.get(family, "") or "(none)"] for family, checks in FAMILY_CHECKS.items()]
+    return tabulate(rows, headers=["evidence", "checks", "files"], tablefmt="simple")
