@@ -1,0 +1,174 @@
+"""NVML constants we rely on and a safe reader for ``nvmlDeviceGetFieldValues``.
+
+The numeric values are copied from nvidia-ml-py / ``nvml.h`` on purpose instead of being read from
+the ``pynvml`` module: some of the module's constants are wrong (``NVML_P2P_CAPS_INDEX_READ`` is
+the tuple ``(0,)``) and others change between releases (``NVML_NVLINK_MAX_LINKS`` is 18 or 36).
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_nvlink.model import normalize_pci_bus_id
+
+NVML_SUCCESS = 0
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+
+# Field ids (nvml.h). Scoped fields take the NVLink id as scopeId; UINT_MAX sums all links.
+FI_NVLINK_SPEED_MBPS_PER_LINK: tuple[int, ...] = (84, 85, 86, 87, 88, 89, 132, 133, 134, 135, 136, 137)
+FI_NVLINK_SPEED_MBPS_COMMON = 90
+FI_NVLINK_LINK_COUNT = 91
+FI_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB, cumulative
+FI_NVLINK_THROUGHPUT_DATA_RX = 139  # KiB, cumulative
+FI_NVLINK_GET_SPEED = 164  # MBps, scopeId = link
+FI_PCIE_COUNT_TX_BYTES = 197  # bytes, cumulative, may wrap
+FI_PCIE_COUNT_RX_BYTES = 198
+SCOPE_ALL_LINKS = 0xFFFFFFFF
+
+# nvmlValueType_t -> the member of the c_nvmlValue_t union that holds the value.
+_VALUE_MEMBERS: dict[int, str] = {
+    0: "dVal",
+    1: "uiVal",
+    2: "ulVal",
+    3: "ullVal",
+    4: "sllVal",
+    5: "siVal",
+    6: "usVal",
+}
+
+# P2P capability indices. Literal ints: pynvml's NVML_P2P_CAPS_INDEX_READ is the tuple (0,).
+P2P_INDEX: dict[str, int] = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}
+P2P_STATUS_NAMES: dict[int, str] = {
+    0: "ok",
+    1: "chipset_not_supported",
+    2: "gpu_not_supported",
+    3: "ioh_topology_not_supported",
+    4: "disabled_by_regkey",
+    5: "not_supported",
+    6: "unknown",
+}
+
+# nvmlGpuTopologyLevel_t -> nvidia-smi topo -m class.
+TOPOLOGY_CLASSES: dict[int, str] = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+# nvmlNvlinkVersion_t is an enum, not the generation: A100 answers 5 (= NVLink 3.1).
+NVLINK_VERSION_TO_GENERATION: dict[int, int] = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
+
+NVLINK_REMOTE_TYPES: dict[int, str] = {0x00: "gpu", 0x01: "ibmnpu", 0x02: "switch", 0xFF: "unknown"}
+
+# nvmlNvLinkErrorCounter_t index -> model.ERROR_COUNTER_NAMES key.
+NVLINK_ERROR_COUNTERS: dict[str, int] = {
+    "replay": 0,
+    "recovery": 1,
+    "crc_flit": 2,
+    "crc_data": 3,
+    "ecc_data": 4,
+}
+
+VIRTUALIZATION_MODES: dict[int, str] = {
+    0: "none",
+    1: "passthrough",
+    2: "vgpu",
+    3: "host_vgpu",
+    4: "host_vsga",
+}
+
+FABRIC_STATES: dict[int, str] = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+FABRIC_HEALTH_DEGRADED_BW_SHIFT = 0
+FABRIC_HEALTH_DEGRADED_BW_WIDTH = 0x3
+FABRIC_HEALTH_DEGRADED_BW_TRUE = 1
+FABRIC_HEALTH_DEGRADED_BW_FALSE = 2
+
+NVLINK_BW_MODES: dict[int, str] = {0: "full", 1: "off", 2: "min", 3: "half", 4: "3quarter"}
+
+
+@dataclass(frozen=True)
+class FieldReading:
+    """One entry of a field-value answer; ``value`` is None unless ``nvml_return`` is success."""
+
+    field_id: int
+    scope_id: int
+    nvml_return: int
+    value: int | float | None
+
+    @property
+    def ok(self) -> bool:
+        return self.nvml_return == NVML_SUCCESS and self.value is not None
+
+
+def decode_field_value(entry: Any) -> int | float | None:
+    """The value of one ``c_nvmlFieldValue_t``, picked from the union by its valueType."""
+    member = _VALUE_MEMBERS.get(int(entry.valueType))
+    if member is None:
+        return None
+    value = getattr(entry.value, member)
+    return float(value) if member == "dVal" else int(value)
+
+
+def read_fields(nvml: types.ModuleType, handle: object, requests: Sequence[tuple[int, int]]) -> list[FieldReading]:
+    """Read ``(fieldId, scopeId)`` pairs in one call.
+
+    The call as a whole succeeds when any field could be read, so every entry's own
+    ``nvmlReturn`` is checked here. An NVMLError of the call as a whole propagates.
+    """
+    if not requests:
+        return []
+    answer = nvml.nvmlDeviceGetFieldValues(handle, [tuple(request) for request in requests])
+    readings = []
+    for (field_id, scope_id), entry in zip(requests, answer, strict=True):
+        code = int(entry.nvmlReturn)
+        value = decode_field_value(entry) if code == NVML_SUCCESS else None
+        readings.append(FieldReading(field_id, scope_id, code, value))
+    return readings
+
+
+def read_field(nvml: types.ModuleType, handle: object, field_id: int, scope_id: int = 0) -> FieldReading:
+    return read_fields(nvml, handle, [(field_id, scope_id)])[0]
+
+
+def nvml_error_name(nvml: types.ModuleType, code: int) -> str:
+    """``"success"`` or the lower-case NVML error name (``NVML_ERROR_NOT_READY`` -> ``"not_ready"``)."""
+    if code == NVML_SUCCESS:
+        return "success"
+    for name in dir(nvml):
+        if name.startswith("NVML_ERROR_") and getattr(nvml, name) == code:
+            return name.removeprefix("NVML_ERROR_").lower()
+    return f"error_{code}"
+
+
+def nvml_reason(exc: BaseException) -> str:
+    """The unknown-reason text for an NVML exception, e.g. ``"NVML: Not Supported"``."""
+    return f"NVML: {exc}"
+
+
+def text(value: object) -> str:
+    """NVML strings are str from nvidia-ml-py's wrappers but bytes in structs and old bindings."""
+    if isinstance(value, bytes):
+        return value.split(b"\0", 1)[0].decode("utf-8", errors="replace")
+    return str(value)
+
+
+def import_pynvml() -> types.ModuleType:
+    """``import pynvml`` (from nvidia-ml-py); ImportError when it is not installed."""
+    # The deprecated `pynvml` distribution, if installed next to nvidia-ml-py, makes every
+    # `import pynvml` warn; under -W error that would look like a missing library.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*pynvml package is deprecated.*", category=FutureWarning)
+        return importlib.import_module("pynvml")
+
+
+def bus_id_of(pci_info: Any) -> str | None:
+    """Normalized bus id of an ``nvmlPciInfo_t``; None when it is empty or garbage (VM guests)."""
+    for field_name in ("busId", "busIdLegacy"):
+        raw = getattr(pci_info, field_name, b"")
+        try:
+            return normalize_pci_bus_id(text(raw))
+        except ValueError:
+            continue
+    return None

@@ -1,0 +1,165 @@
+"""Build the example snapshots shipped in ``snapshots/``.
+
+Run ``python tests/data/make_snapshots.py [OUT_DIR]`` from the repository root; the default
+output is ``snapshots/``. The nodes are hand-built to look like what ``probe_node`` records on
+each machine, and tests/test_snapshot.py checks the committed files still match these builders.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from pytest_nvlink.model import FabricInfo, Gpu, Node, NvLinkInfo, P2PStatus, PairPath
+from pytest_nvlink.snapshot import save_snapshot
+
+H100_NAME = "NVIDIA H100 80GB HBM3"
+DRIVER = "550.54.15"
+H100_BUS_IDS = (
+    "0000:18:00.0",
+    "0000:2a:00.0",
+    "0000:3a:00.0",
+    "0000:5d:00.0",
+    "0000:9a:00.0",
+    "0000:ab:00.0",
+    "0000:ba:00.0",
+    "0000:db:00.0",
+)
+# The four NVSwitches of an HGX H100 baseboard; each GPU spreads its 18 links 5/4/4/5 over them.
+NVSWITCH_BUS_IDS = ("0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0")
+LINKS_PER_SWITCH = (5, 4, 4, 5)
+H100_LINK_GBPS = 26.562  # per link, per direction, as NVML's GET_SPEED field reports (MBps / 1000)
+ZERO_ERRORS = {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0, "ecc_data": 0}
+NO_BW_MODE = {"nvlink_bw_mode": "NVML: Function Not Found"}  # R550 predates nvmlSystemGetNvlinkBwMode
+
+
+def _uuid(host: str, index: int) -> str:
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{host}.gpu{index}"))
+
+
+def _switch_links() -> list[NvLinkInfo]:
+    switches = [bus for bus, count in zip(NVSWITCH_BUS_IDS, LINKS_PER_SWITCH, strict=True) for _ in range(count)]
+    return [
+        NvLinkInfo(
+            link=number,
+            active=True,
+            version=4,
+            speed_gbps=H100_LINK_GBPS,
+            remote_type="switch",
+            remote_pci_bus_id=bus,
+            errors=dict(ZERO_ERRORS),
+        )
+        for number, bus in enumerate(switches)
+    ]
+
+
+def _h100(host: str, index: int, bus_id: str) -> Gpu:
+    return Gpu(
+        index=index,
+        name=H100_NAME,
+        uuid=_uuid(host, index),
+        pci_bus_id=bus_id,
+        serial=f"16542230{18500 + index * 37:05d}",
+        vbios="96.00.74.00.01",
+        numa_node=0 if index < 4 else 1,
+        pcie_gen_current=5,
+        pcie_gen_max=5,
+        pcie_gen_gpu_max=5,
+        pcie_width_current=16,
+        pcie_width_max=16,
+        nvlinks=_switch_links(),
+        fabric=FabricInfo(state="completed", status="success", clique_id=0, degraded_bandwidth=False),
+        virtualization_mode="none",
+    )
+
+
+def _all_p2p(count: int, **statuses: str) -> list[P2PStatus]:
+    return [P2PStatus(src=a, dst=b, **statuses) for a, b in itertools.permutations(range(count), 2)]
+
+
+def _base_node(host: str, gpus: list[Gpu]) -> Node:
+    return Node(
+        source="live",
+        host=host,
+        driver_version=DRIVER,
+        cuda_driver_version="12.4",
+        nvml_version=f"12.{DRIVER}",
+        hypervisor=False,
+        gpus=gpus,
+        unknown_reasons=dict(NO_BW_MODE),
+    )
+
+
+def healthy_h100() -> Node:
+    """An HGX H100 8-GPU node as it should be: NV18 everywhere, fabric up, no errors."""
+    host = "hgx-h100-01"
+    node = _base_node(host, [_h100(host, i, bus) for i, bus in enumerate(H100_BUS_IDS)])
+    node.paths = [PairPath(a=a, b=b, path="NV18") for a, b in itertools.combinations(range(8), 2)]
+    node.p2p = _all_p2p(8, read="ok", write="ok", nvlink="ok", atomics="ok")
+    return node
+
+
+def degraded_h100() -> Node:
+    """The same node gone wrong: two links down, P2P off by regkey, Fabric Manager not started."""
+    node = copy.deepcopy(healthy_h100())
+    node.host = "hgx-h100-02"
+    for gpu in node.gpus:
+        gpu.uuid = _uuid(node.host, gpu.index)
+        gpu.fabric = FabricInfo(state="not_started")  # status is meaningless until completed
+    gpu3_links = node.gpus[3].nvlinks
+    assert gpu3_links is not None
+    for number in (16, 17):
+        gpu3_links[number] = NvLinkInfo(link=number, active=False)
+    gpu5_links = node.gpus[5].nvlinks
+    assert gpu5_links is not None
+    gpu5_links[7].errors = {**ZERO_ERRORS, "replay": 3, "crc_flit": 12}
+    node.paths = [
+        PairPath(a=a, b=b, path="NV16" if 3 in (a, b) else "NV18") for a, b in itertools.combinations(range(8), 2)
+    ]
+    for status in node.p2p or []:
+        if {status.src, status.dst} == {2, 6}:
+            status.read = status.write = "disabled_by_regkey"
+    return node
+
+
+def vm_pcie_h100() -> Node:
+    """A passthrough VM guest: NVML sees no NVLink, P2P only over PCIe."""
+    host = "vm-h100-guest"
+    bus_ids = [f"0000:{bus:02x}:00.0" for bus in (0x11, 0x12, 0x13, 0x14, 0x91, 0x92, 0x93, 0x94)]
+    gpus = [_h100(host, i, bus) for i, bus in enumerate(bus_ids)]
+    node = _base_node(host, gpus)
+    node.hypervisor = True
+    for gpu in gpus:
+        gpu.virtualization_mode = "passthrough"
+        gpu.nvlinks = []
+        gpu.fabric = None
+        # What a guest's fabric query answers is not confirmed on hardware; record it as unknown.
+        node.unknown_reasons[f"gpu{gpu.index}.fabric"] = "NVML: Unknown Error"
+    node.paths = [
+        PairPath(a=a, b=b, path="PHB" if (a < 4) == (b < 4) else "SYS") for a, b in itertools.combinations(range(8), 2)
+    ]
+    node.p2p = _all_p2p(8, read="ok", write="ok", nvlink="not_supported", atomics="not_supported")
+    return node
+
+
+SNAPSHOTS: dict[str, Callable[[], Node]] = {
+    "h100-8gpu-healthy.json": healthy_h100,
+    "h100-8gpu-degraded.json": degraded_h100,
+    "h100-8gpu-vm-pcie.json": vm_pcie_h100,
+}
+
+
+def main(argv: list[str]) -> int:
+    out_dir = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parents[2] / "snapshots"
+    for file_name, build in SNAPSHOTS.items():
+        save_snapshot(build(), out_dir / file_name)
+        print(out_dir / file_name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
