@@ -123,7 +123,7 @@ def driver(ctx: Context) -> Verdict:
         return unknown(
             ctx.node.source,
             "the NVIDIA driver version",
-            ctx.node.unknown_reason("driver", "the source does not report it"),
+            ctx.node.unknown_reason("driver_version", "the source does not report it"),
             props,
         )
     return passed(f"driver {ctx.node.driver_version}", props)
@@ -150,7 +150,7 @@ def nvlink_active_links(ctx: Context, index: int) -> Verdict:
         return unknown(
             ctx.node.source,
             f"the NVLink state of GPU {index}",
-            ctx.node.unknown_reason(f"gpu{index}.nvlinks", "NVLink state not reported"),
+            ctx.node.unknown_reason(f"gpu{index}.nvlink", "NVLink state not reported"),
             props,
         )
     if active == expected:
@@ -202,7 +202,7 @@ def nvlink_version(ctx: Context, index: int) -> Verdict:
         return unknown(
             ctx.node.source,
             f"the NVLink version of GPU {index}",
-            ctx.node.unknown_reason(f"gpu{index}.nvlinks", "no active link reports a version"),
+            ctx.node.unknown_reason(f"gpu{index}.nvlink", "no active link reports a version"),
             props,
         )
     if versions != [threshold.value]:
@@ -251,7 +251,7 @@ def nvlink_speed(ctx: Context, index: int) -> Verdict:
         return unknown(
             ctx.node.source,
             f"the NVLink speed of GPU {index}",
-            ctx.node.unknown_reason(f"gpu{index}.nvlinks", "no per-link speed reported"),
+            ctx.node.unknown_reason(f"gpu{index}.nvlink", "no per-link speed reported"),
             props,
         )
     slow = [link.link for link in active if link.speed_gbps is not None and link.speed_gbps < threshold.value]
@@ -281,7 +281,7 @@ def nvlink_errors(ctx: Context, index: int) -> Verdict:
         return unknown(
             ctx.node.source,
             f"the NVLink error counters of GPU {index}",
-            ctx.node.unknown_reason(f"gpu{index}.nvlink_errors", "no counter reported"),
+            ctx.node.unknown_reason(f"gpu{index}.nvlink", "no counter reported"),
             props,
         )
     over = [
@@ -475,7 +475,7 @@ def p2p_status(ctx: Context, src: int, dst: int) -> Verdict:
         return unknown(
             ctx.node.source,
             f"the P2P status GPU {src} -> GPU {dst}",
-            ctx.node.unknown_reason(f"pair{src}-{dst}.p2p", ctx.node.unknown_reason("p2p", "P2P status not reported")),
+            ctx.node.unknown_reason(f"p2p{src}-{dst}", ctx.node.unknown_reason("p2p", "P2P status not reported")),
             props,
         )
     bad = {cap: str(value) for cap, value in shown.items() if value != "ok"}

@@ -245,4 +245,9 @@ class Node:
         return "none" if modes else None
 
     def unknown_reason(self, key: str, default: str) -> str:
-        return self.unknown_reasons.get(key, default)
+        """The reason recorded for ``key`` or, failing that, for the first fact under it (``gpu3.nvlink``)."""
+        if key in self.unknown_reasons:
+            return self.unknown_reasons[key]
+        # "gpu1.nvlink" covers "gpu1.nvlink5.speed_gbps" but "p2p1-2" must not cover "p2p1-20".
+        nested = sorted(k for k in self.unknown_reasons if k.startswith(key) and not k[len(key) :][:1].isdigit())
+        return f"{self.unknown_reasons[nested[0]]} ({nested[0]})" if nested else default

@@ -110,8 +110,8 @@ def test_missing_gpu_fails_its_items(pytester: pytest.Pytester, install_fake_nvm
     result = pytester.runpytest("--nvlink-suite=h100-8gpu", "-k", "gpu_count or gpu7", "-p", "no:cacheprovider")
     text = result.stdout.str()
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    assert "expected 8 GPUs" in text and "found 7" in text
-    assert "GPU 7 is expected by suite h100-8gpu" in text
+    assert "expected 8 usable GPUs (h100-8gpu.toml:suite.gpu_count), found 7: GPU 7: NVML: GPU is lost" in text
+    assert "GPU 7 (bus 0000:db:00.0) is unusable: NVML: GPU is lost" in text
 
 
 def test_save_then_replay_round_trips(
@@ -167,7 +167,9 @@ def _case_properties(case: ET.Element) -> dict[str, str]:
 
 def test_junit_carries_measured_expected_and_threshold(pytester: pytest.Pytester) -> None:
     root = _junit(pytester, "--nvlink-suite=h100-8gpu", "--nvlink-replay=h100-8gpu-degraded", "-k", TOPOLOGY_ONLY)
-    suite_props = {p.get("name"): p.get("value") for p in root.find("testsuite/properties")}  # type: ignore[union-attr]
+    props_node = root.find("testsuite/properties")
+    assert props_node is not None
+    suite_props = {p.get("name", ""): p.get("value", "") for p in props_node}
     assert suite_props["nvlink_suite"] == "h100-8gpu"
     assert suite_props["gpu_count"] == "8"
     assert suite_props["driver_version"]

@@ -14,10 +14,15 @@ from pytest_nvlink.verdict import Verdict
 pytestmark = pytest.mark.nvlink("bandwidth")
 
 
+def _worth_measuring(context: Context, src: int, dst: int) -> bool:
+    """Only usable GPUs on pairs the suite expects on NVLink; the verdict explains the others."""
+    return context.first_unusable(src, dst) is None and context.suite.pair_expects_nvlink(src, dst)
+
+
 def _judge_figure(context: Context, provider: MeasurementProvider, pair: tuple[int, int], kind: str) -> Verdict:
     src, dst = pair
     # Pairs the suite expects on PCIe are not measured: the verdict says the figure does not apply.
-    measurement = provider.p2p(src, dst, kind) if context.suite.pair_expects_nvlink(src, dst) else None
+    measurement = provider.p2p(src, dst, kind) if _worth_measuring(context, src, dst) else None
     return judges_bandwidth.p2p_figure(context, src, dst, kind, measurement)
 
 
@@ -55,6 +60,6 @@ def test_p2p_path_proof(
     nvlink_judge: Callable[[Verdict], None],
 ) -> None:
     src, dst = nvlink_ordered_pair
-    needed = nvlink_context.suite.pair_expects_nvlink(src, dst)
+    needed = _worth_measuring(nvlink_context, src, dst)
     measurement = nvlink_measurements.p2p(src, dst, "unidirectional") if needed else None
     nvlink_judge(judges_bandwidth.path_proof(nvlink_context, src, dst, measurement))
