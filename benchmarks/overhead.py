@@ -1,0 +1,119 @@
+"""How much time the measurement harness itself costs (a script, not a test).
+
+    python benchmarks/overhead.py                # gloo session on CPU, simulated P2P, replay timing
+    python benchmarks/overhead.py --no-replay    # skip the pytest subprocess timings
+
+On a machine where torch sees CUDA the same script measures real P2P copies and NCCL collectives
+(one rank per GPU) instead of the gloo/simulated stand-ins. Nothing is imported from torch at
+module level: spawned ranks re-import this file as ``__mp_main__``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pytest_nvlink.config import COLLECTIVE_OPS, Measure  # noqa: E402
+from pytest_nvlink.measure.busbw import format_size  # noqa: E402
+from pytest_nvlink.measure.p2p import SimulatedCopyEngine  # noqa: E402
+from pytest_nvlink.measure.runner import MeasurementSession, cuda_devices  # noqa: E402
+
+Row = tuple[str, str, str]
+
+
+def _table(title: str, header: Row, rows: Sequence[Row]) -> None:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    print(f"\n{title}")
+    for row in [header, tuple("-" * w for w in widths), *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+
+
+def _timed(action: Callable[[], object]) -> tuple[float, object]:
+    started = time.perf_counter()
+    result = action()
+    return time.perf_counter() - started, result
+
+
+def bench_collectives(ranks: int, size: int, iterations: int, gpu: bool) -> None:
+    measure = Measure(collective_iterations=iterations, collective_warmup=1, timeout_s=300, collectives=COLLECTIVE_OPS)
+    session = MeasurementSession(
+        measure,
+        backend=None if gpu else "gloo",
+        world_size=None if gpu else ranks,
+        collective_sizes=dict.fromkeys(COLLECTIVE_OPS, size),
+    )
+    seconds, _ = _timed(session.collective_run)
+    rows = []
+    for m in session.collective_run().measurements:
+        figure = f"{m.busbw_gbps:.3f}" if m.busbw_gbps is not None else (m.error or "?")[:60]
+        rows.append((m.op, f"{m.time_us:.1f}" if m.time_us else "-", figure))
+    title = f"collectives ({session.backend}, {format_size(size)}): whole session {seconds:.2f} s"
+    _table(title, ("op", "time/op (us)", "busbw GB/s"), rows)
+
+
+def bench_p2p(size_mib: int, iterations: int, gpu: bool) -> None:
+    measure = Measure(p2p_size_mib=size_mib, p2p_iterations=iterations, p2p_warmup=1, timeout_s=300)
+    if gpu:
+        session = MeasurementSession(measure, progress=print)
+    else:
+        session = MeasurementSession(measure, gpus=list(range(8)), engine_factory=SimulatedCopyEngine())
+    seconds, _ = _timed(session.p2p_measurements)
+    results = session.p2p_measurements()
+    errors = sum(m.error is not None for m in results)
+    rows = [(kind, str(sum(m.kind == kind for m in results)), "") for kind in ("unidirectional", "bidirectional")]
+    _table(
+        f"p2p ({'torch' if gpu else 'simulated'}): campaign {seconds:.2f} s, {errors} errors", ("kind", "n", ""), rows
+    )
+
+
+def _pytest(args: list[str], cwd: Path) -> tuple[float, int, str]:
+    command = [sys.executable, "-m", "pytest", *args]
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+    tail = (done.stdout + done.stderr).strip().splitlines()
+    return time.perf_counter() - started, done.returncode, tail[-1] if tail else ""
+
+
+def bench_replay() -> None:
+    """A replayed H100 session vs a bare ``pytest --co`` on an empty folder (plugin overhead)."""
+    replay = [
+        "--nvlink-suite=h100-8gpu",
+        f"--nvlink-replay={REPO / 'snapshots' / 'h100-8gpu-healthy.json'}",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    ]
+    with tempfile.TemporaryDirectory() as empty:
+        rows = []
+        for name, args in (("bare --co (empty dir)", ["--co", "-q", "-p", "no:cacheprovider"]), ("replay", replay)):
+            seconds, code, last = _pytest(args, Path(empty))
+            rows.append((name, f"{seconds:.2f} s (exit {code})", last[:80]))
+    _table("pytest wall time", ("run", "time", "last line"), rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, default=4, help="gloo ranks on CPU (default 4)")
+    parser.add_argument("--size-kib", type=int, default=64, help="collective S in KiB on CPU (default 64)")
+    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--no-replay", action="store_true", help="skip the pytest subprocess timings")
+    options = parser.parse_args(argv)
+    gpu = not isinstance(cuda_devices(), str)
+    size = 256 << 20 if gpu else options.size_kib << 10
+    bench_collectives(options.ranks, size, options.iterations if not gpu else 20, gpu)
+    bench_p2p(256 if gpu else 64, 20 if gpu else options.iterations, gpu)
+    if not options.no_replay:
+        bench_replay()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,511 @@
+"""GPU-to-GPU copy bandwidth and latency, pair by pair, bounded by a watchdog.
+
+The timing, scheduling and counter logic talks to a :class:`CopyEngine`; :class:`TorchCopyEngine`
+is the thin CUDA implementation (torch is imported only when it is built, in the child process).
+:func:`run_p2p` runs a whole campaign in one spawned child and kills it when the suite's timeout
+passes, so a hung CUDA call turns into error entries instead of a hung pytest.
+
+GPU numbers here are **CUDA indices** (what torch calls ``cuda:N``), not NVML indices.
+A bidirectional figure counts both directions (2 x bytes / slower direction's time) and is stored
+once per unordered pair, with ``src < dst``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.context import SpawnProcess
+from typing import Any, Protocol
+
+from pytest_nvlink.config import Measure
+from pytest_nvlink.measure import _proc
+from pytest_nvlink.model import P2PMeasurement
+
+GB = 1e9
+MIB = 1 << 20
+LATENCY_BYTES = 8
+KINDS: tuple[str, ...] = ("unidirectional", "bidirectional", "latency")
+
+Progress = Callable[[str], None]
+
+
+class TrafficSample(Protocol):
+    """Cumulative byte counters of one GPU (``nvml_counters.Traffic`` fits); None = not reported."""
+
+    @property
+    def nvlink_tx_bytes(self) -> int | None: ...
+    @property
+    def nvlink_rx_bytes(self) -> int | None: ...
+    @property
+    def pcie_tx_bytes(self) -> int | None: ...
+    @property
+    def pcie_rx_bytes(self) -> int | None: ...
+    @property
+    def note(self) -> str | None: ...
+
+
+CounterReader = Callable[[int], TrafficSample]  # CUDA index -> sample
+CounterReaderFactory = Callable[[], CounterReader]  # picklable; called in the child
+
+
+@dataclass(frozen=True)
+class NoTraffic:
+    """A sample that reports nothing, and why."""
+
+    note: str
+    nvlink_tx_bytes: int | None = None
+    nvlink_rx_bytes: int | None = None
+    pcie_tx_bytes: int | None = None
+    pcie_rx_bytes: int | None = None
+
+    @classmethod
+    def reader(cls, note: str) -> CounterReader:
+        """A reader that answers every GPU with this note."""
+        sample = cls(note)
+        return lambda gpu: sample
+
+
+class CopyEngine(Protocol):
+    """Something that copies device buffers and says how long it took (seconds, all iterations)."""
+
+    name: str
+
+    def copy(self, src: int, dst: int, nbytes: int, iterations: int) -> float: ...
+    def copy_bidirectional(self, a: int, b: int, nbytes: int, iterations: int) -> float: ...
+    def can_access_peer(self, src: int, dst: int) -> bool | None: ...
+
+
+EngineFactory = Callable[[], CopyEngine]  # picklable; called in the child
+
+
+@dataclass(frozen=True)
+class P2PPlan:
+    """What to measure: every ordered pair of ``gpus``, sizes and counts from ``Suite.measure``."""
+
+    gpus: tuple[int, ...]
+    nbytes: int
+    iterations: int
+    warmup: int
+    latency_iterations: int
+    concurrent: bool = False
+    latency_bytes: int = LATENCY_BYTES
+
+    @classmethod
+    def from_measure(cls, gpus: Sequence[int], measure: Measure) -> P2PPlan:
+        return cls(
+            gpus=tuple(gpus),
+            nbytes=measure.p2p_size_mib * MIB,
+            iterations=measure.p2p_iterations,
+            warmup=measure.p2p_warmup,
+            latency_iterations=measure.latency_iterations,
+            concurrent=measure.pair_mode == "concurrent",
+        )
+
+    def ordered_pair_count(self) -> int:
+        return len(self.gpus) * (len(self.gpus) - 1)
+
+
+# --- scheduling ------------------------------------------------------------------------------
+
+
+def round_robin_rounds(n: int) -> list[list[tuple[int, int]]]:
+    """Circle method: every unordered pair of 0..n-1 exactly once, in rounds of disjoint pairs.
+
+    Even n gives n-1 rounds of n/2 pairs; odd n gives n rounds of (n-1)/2 pairs (one GPU sits out).
+    """
+    if n < 2:
+        return []
+    slots: list[int | None] = [*range(n), None] if n % 2 else list(range(n))
+    size = len(slots)
+    rounds = []
+    for _ in range(size - 1):
+        pairs = [(slots[i], slots[size - 1 - i]) for i in range(size // 2)]
+        rounds.append(sorted((min(a, b), max(a, b)) for a, b in pairs if a is not None and b is not None))
+        slots = [slots[0], slots[-1], *slots[1:-1]]
+    return rounds
+
+
+def schedule(plan: P2PPlan) -> list[list[tuple[int, int]]]:
+    """Rounds of unordered GPU pairs: concurrent rounds, or one pair per round in sorted order."""
+    gpus = plan.gpus
+    if plan.concurrent:
+        return [[(gpus[a], gpus[b]) for a, b in rnd] for rnd in round_robin_rounds(len(gpus))]
+    pairs = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1 :]]
+    return [[pair] for pair in pairs]
+
+
+def expected_keys(plan: P2PPlan) -> list[tuple[int, int, str]]:
+    """(src, dst, kind) of every measurement the campaign should produce, in schedule order."""
+    keys = []
+    for rnd in schedule(plan):
+        for a, b in rnd:
+            keys += [(a, b, "unidirectional"), (a, b, "latency"), (b, a, "unidirectional")]
+            keys += [(b, a, "latency"), (a, b, "bidirectional")]
+    return keys
+
+
+# --- counters --------------------------------------------------------------------------------
+
+
+def _read_counters(reader: CounterReader | None, gpus: Sequence[int]) -> list[TrafficSample] | str:
+    if reader is None:
+        return "no traffic counter reader configured"
+    try:
+        return [reader(gpu) for gpu in gpus]
+    except Exception as exc:  # a counter problem must not lose the bandwidth figure
+        return f"counter read failed: {type(exc).__name__}: {exc}"
+
+
+def _tx_delta(
+    before: Sequence[TrafficSample], after: Sequence[TrafficSample], attr: str
+) -> tuple[int | None, str | None]:
+    total = 0
+    for gpu_before, gpu_after in zip(before, after, strict=True):
+        old, new = getattr(gpu_before, attr), getattr(gpu_after, attr)
+        if old is None or new is None:
+            note = gpu_after.note or gpu_before.note
+            return None, note or f"{attr.replace('_', ' ')} not reported"
+        if new < old:
+            return None, f"{attr.replace('_', ' ')} went backwards (wrapped or reset)"
+        total += new - old
+    return total, None
+
+
+def counter_deltas(
+    before: Sequence[TrafficSample] | str, after: Sequence[TrafficSample] | str
+) -> tuple[int | None, int | None, str | None]:
+    """(NVLink TX bytes, PCIe TX bytes, note) summed over the GPUs, from samples around a copy."""
+    if isinstance(before, str) or isinstance(after, str):
+        return None, None, before if isinstance(before, str) else str(after)
+    nvlink, nvlink_note = _tx_delta(before, after, "nvlink_tx_bytes")
+    pcie, pcie_note = _tx_delta(before, after, "pcie_tx_bytes")
+    notes = [note for note in (nvlink_note, pcie_note) if note]
+    return nvlink, pcie, "; ".join(dict.fromkeys(notes)) or None
+
+
+# --- one pair --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Pair:
+    plan: P2PPlan
+    engine: CopyEngine
+    reader: CounterReader | None
+
+    def _base(self, src: int, dst: int, kind: str, unit: str) -> P2PMeasurement:
+        return P2PMeasurement(src, dst, kind, None, unit, source=self.engine.name)
+
+    def peer(self, src: int, dst: int) -> bool | None:
+        try:
+            return self.engine.can_access_peer(src, dst)
+        except Exception:
+            return None
+
+    def unidirectional(self, src: int, dst: int) -> P2PMeasurement:
+        plan, result = self.plan, self._base(src, dst, "unidirectional", "GB/s")
+        result.can_access_peer = self.peer(src, dst)
+        try:
+            self.engine.copy(src, dst, plan.nbytes, plan.warmup)
+            before = _read_counters(self.reader, (src, dst))
+            seconds = self.engine.copy(src, dst, plan.nbytes, plan.iterations)
+            after = _read_counters(self.reader, (src, dst))
+        except Exception as exc:
+            result.error = f"copy failed: {type(exc).__name__}: {exc}"
+            return result
+        result.bytes_copied = plan.nbytes * plan.iterations
+        result.value = _gbps(result.bytes_copied, seconds)
+        result.nvlink_bytes, result.pcie_bytes, result.counters_note = counter_deltas(before, after)
+        return result
+
+    def bidirectional(self, a: int, b: int) -> P2PMeasurement:
+        plan, result = self.plan, self._base(a, b, "bidirectional", "GB/s")
+        result.can_access_peer = self.peer(a, b)
+        try:
+            self.engine.copy_bidirectional(a, b, plan.nbytes, plan.warmup)
+            seconds = self.engine.copy_bidirectional(a, b, plan.nbytes, plan.iterations)
+        except Exception as exc:
+            result.error = f"copy failed: {type(exc).__name__}: {exc}"
+            return result
+        result.bytes_copied = 2 * plan.nbytes * plan.iterations
+        result.value = _gbps(result.bytes_copied, seconds)
+        return result
+
+    def latency(self, src: int, dst: int) -> P2PMeasurement:
+        plan, result = self.plan, self._base(src, dst, "latency", "us")
+        result.can_access_peer = self.peer(src, dst)
+        try:
+            self.engine.copy(src, dst, plan.latency_bytes, min(plan.warmup, plan.latency_iterations))
+            seconds = self.engine.copy(src, dst, plan.latency_bytes, plan.latency_iterations)
+        except Exception as exc:
+            result.error = f"copy failed: {type(exc).__name__}: {exc}"
+            return result
+        result.bytes_copied = plan.latency_bytes * plan.latency_iterations
+        result.value = seconds / plan.latency_iterations * 1e6
+        return result
+
+
+def _gbps(nbytes: int, seconds: float) -> float | None:
+    return nbytes / seconds / GB if seconds > 0 else None
+
+
+# --- the campaign ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Reporter:
+    total: int
+    progress: Progress | None
+    emit: Callable[[P2PMeasurement], None] | None
+    done: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def pair(self, uni: P2PMeasurement) -> None:
+        with self.lock:
+            self.done += 1
+            figure = f"{uni.value:.1f} GB/s" if uni.value is not None else f"error: {uni.error}"
+            line = f"p2p pair {self.done}/{self.total} gpu{uni.src}->gpu{uni.dst}: {figure}"
+            if self.progress is not None:
+                self.progress(line)
+
+    def result(self, measurement: P2PMeasurement) -> None:
+        if self.emit is not None:
+            with self.lock:
+                self.emit(measurement)
+
+
+def _measure_pair(pair: _Pair, reporter: _Reporter, a: int, b: int) -> list[P2PMeasurement]:
+    results = []
+    for src, dst in ((a, b), (b, a)):
+        uni = pair.unidirectional(src, dst)
+        reporter.result(uni)
+        reporter.pair(uni)
+        lat = pair.latency(src, dst)
+        reporter.result(lat)
+        results += [uni, lat]
+    bidi = pair.bidirectional(a, b)
+    reporter.result(bidi)
+    return [*results, bidi]
+
+
+def run_campaign(
+    plan: P2PPlan,
+    engine: CopyEngine,
+    reader: CounterReader | None = None,
+    progress: Progress | None = None,
+    emit: Callable[[P2PMeasurement], None] | None = None,
+) -> list[P2PMeasurement]:
+    """Measure every pair in this process; concurrent rounds run their pairs in threads.
+
+    ``emit`` receives each measurement as soon as it exists (the child streams them this way).
+    """
+    pair = _Pair(plan, engine, reader)
+    reporter = _Reporter(plan.ordered_pair_count(), progress, emit)
+    results: list[P2PMeasurement] = []
+    for rnd in schedule(plan):
+        if len(rnd) == 1:
+            results += _measure_pair(pair, reporter, *rnd[0])
+            continue
+        with ThreadPoolExecutor(max_workers=len(rnd), thread_name_prefix="p2p") as pool:
+            futures = [pool.submit(_measure_pair, pair, reporter, a, b) for a, b in rnd]
+            for future in futures:
+                results += future.result()
+    return results
+
+
+# --- the watchdog: one child process per campaign ---------------------------------------------
+
+
+def p2p_child(
+    conn: Connection,
+    plan: P2PPlan,
+    engine_factory: EngineFactory,
+    counter_factory: CounterReaderFactory | None,
+) -> None:
+    """Child entry point: build the engine and reader here, stream results back as plain dicts."""
+    lock = threading.Lock()
+
+    def send(*message: Any) -> None:
+        with lock:
+            conn.send(message)
+
+    try:
+        engine = engine_factory()
+        reader = counter_factory() if counter_factory is not None else None
+        run_campaign(plan, engine, reader, lambda line: send("progress", line), lambda m: send("result", asdict(m)))
+    except BaseException as exc:
+        send("fatal", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        raise
+    send("done")
+    conn.close()
+
+
+def run_p2p(
+    plan: P2PPlan,
+    engine_factory: EngineFactory,
+    *,
+    timeout_s: float,
+    counter_factory: CounterReaderFactory | None = None,
+    progress: Progress | None = None,
+) -> list[P2PMeasurement]:
+    """Run the campaign in a spawned child; past ``timeout_s`` kill it and mark what is missing."""
+    process, conn = _proc.start_child(p2p_child, (plan, engine_factory, counter_factory), name="pytest-nvlink-p2p")
+    results: dict[tuple[int, int, str], P2PMeasurement] = {}
+    problem: str | None = "interrupted"
+    try:
+        problem = _pump(conn, process, time.monotonic() + timeout_s, results, progress)
+        if problem is None:
+            process.join(10.0)  # let CUDA tear down before anything is killed
+    finally:
+        _proc.stop_all([process])
+        conn.close()
+    if problem == "timeout":
+        problem = f"timed out after {timeout_s:g} s"
+    elif problem == "died":
+        problem = f"p2p worker died with {_proc.describe_exit(process.exitcode)}"
+    return _complete(plan, results, problem or "not measured")
+
+
+def _pump(
+    conn: Connection,
+    process: SpawnProcess,
+    deadline: float,
+    results: dict[tuple[int, int, str], P2PMeasurement],
+    progress: Progress | None,
+) -> str | None:
+    """Read the child's messages until it is done (None), or "timeout", "died", or a fatal text."""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return "timeout"
+        if not conn.poll(min(remaining, 0.2)):
+            if not process.is_alive() and not conn.poll(0):
+                return "died"
+            continue
+        message = _proc.receive(conn)
+        if message is None:
+            return "died"
+        kind = message[0]
+        if kind == "done":
+            return None
+        if kind == "fatal":
+            return f"p2p worker failed: {message[1]}"
+        if kind == "progress" and progress is not None:
+            progress(message[1])
+        elif kind == "result":
+            measurement = P2PMeasurement(**message[1])
+            results[(measurement.src, measurement.dst, measurement.kind)] = measurement
+
+
+def _complete(plan: P2PPlan, results: dict[tuple[int, int, str], P2PMeasurement], problem: str) -> list[P2PMeasurement]:
+    """Every expected measurement, in schedule order; missing ones carry ``problem`` as error."""
+    ordered = []
+    for src, dst, kind in expected_keys(plan):
+        found = results.get((src, dst, kind))
+        if found is None:
+            unit = "us" if kind == "latency" else "GB/s"
+            found = P2PMeasurement(src, dst, kind, None, unit, error=problem)
+        ordered.append(found)
+    return ordered
+
+
+# --- engines ---------------------------------------------------------------------------------
+
+
+class TorchCopyEngine:
+    """CUDA copies with torch; events on the source device's side stream (facts §5.1)."""
+
+    name = "torch"
+
+    def __init__(self) -> None:
+        import torch  # heavy: only ever in the measuring child
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("CUDA is not available to torch")
+        self._torch: Any = torch
+        self._buffers: dict[tuple[int, str, int], Any] = {}
+        self._streams: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    def _buffer(self, device: int, role: str, nbytes: int) -> Any:
+        with self._lock:
+            key = (device, role, nbytes)
+            if key not in self._buffers:
+                torch = self._torch
+                self._buffers[key] = torch.ones(nbytes, dtype=torch.uint8, device=f"cuda:{device}")
+            return self._buffers[key]
+
+    def _stream(self, device: int) -> Any:
+        with self._lock:
+            if device not in self._streams:
+                self._streams[device] = self._torch.cuda.Stream(device=device)
+            return self._streams[device]
+
+    def _issue(self, src: int, dst: int, nbytes: int, iterations: int) -> tuple[Any, Any]:
+        """Queue the copies on src's side stream between two timing events; return the events."""
+        torch = self._torch
+        source, target = self._buffer(src, "send", nbytes), self._buffer(dst, "recv", nbytes)
+        with torch.cuda.device(src), torch.cuda.stream(self._stream(src)):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iterations):
+                target.copy_(source, non_blocking=True)
+            end.record()
+        return start, end
+
+    def copy(self, src: int, dst: int, nbytes: int, iterations: int) -> float:
+        if iterations == 0:
+            return 0.0
+        start, end = self._issue(src, dst, nbytes, iterations)
+        end.synchronize()
+        return float(start.elapsed_time(end)) / 1e3
+
+    def copy_bidirectional(self, a: int, b: int, nbytes: int, iterations: int) -> float:
+        if iterations == 0:
+            return 0.0
+        self._torch.cuda.synchronize(a)
+        self._torch.cuda.synchronize(b)
+        events = [self._issue(a, b, nbytes, iterations), self._issue(b, a, nbytes, iterations)]
+        for _, end in events:
+            end.synchronize()
+        return max(float(start.elapsed_time(end)) for start, end in events) / 1e3
+
+    def can_access_peer(self, src: int, dst: int) -> bool | None:
+        return bool(self._torch.cuda.can_device_access_peer(src, dst))
+
+
+@dataclass
+class SimulatedCopyEngine:
+    """A copy engine without a GPU, for tests and harness-overhead benchmarks.
+
+    Copies "run" at ``gbps`` (plus ``latency_us`` each) without sleeping; ``hang_on`` makes the
+    copy from src to dst block forever, ``fail_on`` makes it raise, as a broken link might.
+    """
+
+    gbps: float = 100.0
+    latency_us: float = 2.0
+    hang_on: tuple[int, int] | None = None
+    fail_on: tuple[int, int] | None = None
+    peer: bool = True
+    name: str = "simulated"
+
+    def copy(self, src: int, dst: int, nbytes: int, iterations: int) -> float:
+        if (src, dst) == self.hang_on:
+            threading.Event().wait()
+        if (src, dst) == self.fail_on:
+            raise RuntimeError(f"simulated failure copying gpu{src}->gpu{dst}")
+        return iterations * (nbytes / (self.gbps * GB) + self.latency_us * 1e-6)
+
+    def copy_bidirectional(self, a: int, b: int, nbytes: int, iterations: int) -> float:
+        return max(self.copy(a, b, nbytes, iterations), self.copy(b, a, nbytes, iterations))
+
+    def can_access_peer(self, src: int, dst: int) -> bool | None:
+        return self.peer
+
+    def __call__(self) -> SimulatedCopyEngine:
+        """A simulated engine is its own (picklable) factory."""
+        return self

@@ -1,0 +1,278 @@
+"""One rank of the collective campaign; runs in a spawned process (see ``collectives.py``).
+
+The parent sends a :class:`WorkerSpec` (plain data) and reads plain tuples back over a pipe:
+
+* ``("ready", rank)`` once the process group is up;
+* ``("start", rank, op)`` before each op, ``("result", rank, op, payload)`` after it;
+* ``("error", rank, phase, text)`` when the rank raises, ``("done", rank)`` at the end.
+
+**Fault injection, for tests only.** ``PYTEST_NVLINK_TEST_FAULT`` holds comma-separated faults
+``KIND[:rank=R][:op=OP]`` with KIND one of ``hang`` (block forever), ``crash`` (SIGKILL itself),
+``raise`` (raise RuntimeError) or ``corrupt`` (flip one element of the op's result before the check).
+``op`` is an op name or ``init``; a fault without ``rank`` hits every rank, one without ``op`` hits
+the first op. Only this module reads the variable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from multiprocessing.connection import Connection
+from typing import Any
+
+from pytest_nvlink.measure.busbw import Buffers, buffers_for
+
+FAULT_ENV = "PYTEST_NVLINK_TEST_FAULT"
+FAULT_KINDS: tuple[str, ...] = ("hang", "crash", "raise", "corrupt")
+ROOT = 0
+_PERIOD = 13  # fill pattern period; keeps every value a small integer, so float32 sums are exact
+_ALLTOALL_STRIDE = 16
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    backend: str  # "nccl" | "gloo"
+    world_size: int
+    init_method: str
+    ops: tuple[tuple[str, int], ...]  # (op, requested S in bytes), run in this order
+    iterations: int
+    warmup: int
+    pg_timeout_s: float
+    devices: tuple[int, ...] = ()  # CUDA index of each rank (nccl only)
+    env: tuple[tuple[str, str], ...] = ()  # set before torch is imported
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    rank: int | None = None
+    op: str | None = None
+
+
+def parse_faults(text: str) -> list[Fault]:
+    """Faults from ``PYTEST_NVLINK_TEST_FAULT``; raises ValueError on a malformed entry."""
+    faults = []
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        kind, *options = entry.split(":")
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"{FAULT_ENV}: unknown fault {kind!r} in {entry!r}")
+        values = dict(option.split("=", 1) for option in options if "=" in option)
+        if set(values) - {"rank", "op"} or len(values) != len(options):
+            raise ValueError(f"{FAULT_ENV}: expected KIND[:rank=R][:op=OP], got {entry!r}")
+        rank = int(values["rank"]) if "rank" in values else None
+        faults.append(Fault(kind, rank, values.get("op")))
+    return faults
+
+
+def fault_for(faults: list[Fault], rank: int, op: str, first_op: str) -> Fault | None:
+    for fault in faults:
+        if fault.rank in (None, rank) and (fault.op or first_op) == op:
+            return fault
+    return None
+
+
+def _inject(fault: Fault | None) -> None:
+    if fault is None or fault.kind == "corrupt":
+        return
+    if fault.kind == "hang":
+        threading.Event().wait()
+    if fault.kind == "crash":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise RuntimeError(f"injected fault {fault.kind}")
+
+
+# --- fills and checks: integer-valued float32, so every expected value is exact ---------------
+
+
+class _Data:
+    """Deterministic per-rank inputs and exact expected outputs (like nccl-tests' -c check)."""
+
+    def __init__(self, torch: Any, device: Any, rank: int, n: int) -> None:
+        self.torch, self.device, self.rank, self.n = torch, device, rank, n
+
+    def pattern(self, numel: int, salt: int, chunk: int | None = None) -> Any:
+        index = self.torch.arange(numel, device=self.device, dtype=self.torch.int64)
+        if chunk is not None:
+            index = index % chunk
+        return (index % _PERIOD + salt).to(self.torch.float32)
+
+    def alltoall(self, numel: int, chunk: int, sender: int | None) -> Any:
+        """Input of ``sender`` (None: the expected output on this rank)."""
+        index = self.torch.arange(numel, device=self.device, dtype=self.torch.int64)
+        peer = index // chunk
+        src, dst = (peer, self.rank) if sender is None else (sender, peer)
+        return (index % chunk % _PERIOD + _ALLTOALL_STRIDE * (src * self.n + dst + 1)).to(self.torch.float32)
+
+    def fill(self, op: str, buffers: Buffers, send: Any) -> None:
+        rank, numel, chunk = self.rank, buffers.send_numel, buffers.chunk_numel
+        if op == "broadcast" and rank != ROOT:
+            send.fill_(-1.0)
+        elif op == "broadcast":
+            send.copy_(self.pattern(numel, ROOT + 1))
+        elif op == "all_to_all":
+            send.copy_(self.alltoall(numel, chunk, rank))
+        else:
+            send.copy_(self.pattern(numel, rank + 1))
+
+    def expected(self, op: str, buffers: Buffers) -> Any:
+        n, rank, numel, chunk = self.n, self.rank, buffers.recv_numel, buffers.chunk_numel
+        total = n * (n + 1) // 2
+        if op == "all_reduce":
+            return self.pattern(numel, 0) * n + total
+        if op == "all_gather":
+            index = self.torch.arange(numel, device=self.device, dtype=self.torch.int64)
+            return self.pattern(numel, 1, chunk) + (index // chunk).to(self.torch.float32)
+        if op == "reduce_scatter":
+            full = self.pattern(chunk * n, 0) * n + total
+            return full[rank * chunk : (rank + 1) * chunk]
+        if op == "broadcast":
+            return self.pattern(numel, ROOT + 1)
+        if op == "all_to_all":
+            return self.alltoall(numel, chunk, None)
+        if op == "sendrecv":
+            return self.pattern(numel, (rank - 1) % n + 1)
+        raise ValueError(f"unknown collective {op!r}")
+
+
+# --- the ops ---------------------------------------------------------------------------------
+
+
+def _reduce_scatter(dist: Any) -> Callable[[Any, Any], None]:
+    native = getattr(dist, "reduce_scatter_single", None) or getattr(dist, "reduce_scatter_tensor", None)
+    if native is not None:
+        return native  # type: ignore[no-any-return]
+
+    def fallback(out: Any, inp: Any) -> None:
+        dist.all_reduce(inp)
+        chunk = out.numel()
+        out.copy_(inp[dist.get_rank() * chunk : (dist.get_rank() + 1) * chunk])
+
+    return fallback
+
+
+def _call(dist: Any, op: str, send: Any, recv: Any) -> Callable[[], None]:
+    """A no-argument callable that runs ``op`` once on the given buffers."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    if op == "all_reduce":
+        return lambda: dist.all_reduce(send)
+    if op == "all_gather":
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        return lambda: gather(recv, send)
+    if op == "reduce_scatter":
+        scatter = _reduce_scatter(dist)
+        return lambda: scatter(recv, send)
+    if op == "broadcast":
+        return lambda: dist.broadcast(send, src=ROOT)
+    if op == "all_to_all":
+        return lambda: dist.all_to_all_single(recv, send)
+    if op == "sendrecv":
+
+        def ring() -> None:
+            pair = [dist.P2POp(dist.isend, send, (rank + 1) % n), dist.P2POp(dist.irecv, recv, (rank - 1) % n)]
+            for work in dist.batch_isend_irecv(pair):
+                work.wait()
+
+        return ring
+    raise ValueError(f"unknown collective {op!r}")
+
+
+@dataclass
+class _Rank:
+    torch: Any
+    dist: Any
+    spec: WorkerSpec
+    rank: int
+    device: Any
+
+    def sync(self) -> None:
+        if self.spec.backend == "nccl":
+            self.torch.cuda.synchronize(self.device)
+
+    def run(self, op: str, size: int, corrupt: bool) -> dict[str, Any]:
+        torch, n = self.torch, self.spec.world_size
+        buffers = buffers_for(op, size, n)
+        send = torch.empty(buffers.send_numel, dtype=torch.float32, device=self.device)
+        in_place = op in ("all_reduce", "broadcast")
+        recv = send if in_place else torch.empty(buffers.recv_numel, dtype=torch.float32, device=self.device)
+        call = _call(self.dist, op, send, recv)
+        data = _Data(torch, self.device, self.rank, n)
+        data.fill(op, buffers, send)
+        for _ in range(self.spec.warmup):
+            call()
+        data.fill(op, buffers, send)
+        call()
+        self.sync()
+        if corrupt:
+            recv.view(-1)[0] += 1
+        correct = bool(torch.equal(recv, data.expected(op, buffers)))
+        if op == "all_reduce":
+            send.zero_()  # in-place sums of zeros stay exact however many iterations run
+        mean_s = self._timed(call)
+        return {"op": op, "size_bytes": buffers.size_bytes, "mean_s": mean_s, "correct": correct}
+
+    def _timed(self, call: Callable[[], None]) -> float:
+        self.dist.barrier()
+        self.sync()
+        start = time.perf_counter()
+        for _ in range(self.spec.iterations):
+            call()
+        self.sync()
+        elapsed = time.perf_counter() - start
+        self.dist.barrier()
+        return elapsed / self.spec.iterations
+
+
+def _init(rank: int, spec: WorkerSpec) -> _Rank:
+    import torch  # only in the child, after the NCCL env is set
+    import torch.distributed as dist
+
+    options: dict[str, Any] = {}
+    device: Any = torch.device("cpu")
+    if spec.backend == "nccl":
+        device = torch.device(f"cuda:{spec.devices[rank]}")
+        torch.cuda.set_device(device)
+        options["device_id"] = device  # eager NCCL init: an init hang shows up as one
+    dist.init_process_group(
+        spec.backend,
+        init_method=spec.init_method,
+        rank=rank,
+        world_size=spec.world_size,
+        timeout=timedelta(seconds=spec.pg_timeout_s),
+        **options,
+    )
+    return _Rank(torch, dist, spec, rank, device)
+
+
+def worker_main(conn: Connection, rank: int, spec: WorkerSpec) -> None:
+    """Entry point of one spawned rank."""
+    os.environ.update(dict(spec.env))
+    phase = "init"
+    try:
+        faults = parse_faults(os.environ.get(FAULT_ENV, ""))
+        first_op = spec.ops[0][0] if spec.ops else "init"
+        _inject(fault_for(faults, rank, "init", first_op))
+        state = _init(rank, spec)
+        conn.send(("ready", rank))
+        for op, size in spec.ops:
+            phase = op
+            fault = fault_for(faults, rank, op, first_op)
+            _inject(fault)
+            conn.send(("start", rank, op))
+            payload = state.run(op, size, corrupt=fault is not None and fault.kind == "corrupt")
+            conn.send(("result", rank, op, payload))
+        phase = "shutdown"
+        state.dist.destroy_process_group()
+        conn.send(("done", rank))
+    except BaseException as exc:
+        with contextlib.suppress(OSError, ValueError):
+            conn.send(("error", rank, phase, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+            conn.close()
+        os._exit(1)  # skip interpreter teardown, which can block on a broken process group
+    conn.close()
