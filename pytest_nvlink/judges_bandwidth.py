@@ -51,10 +51,14 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
         return passed(f"GPU {src} -> GPU {dst}: {kind} {shown}", props)
     word = "below" if comparison == "min" else "above"
     return failed(
-        f"GPU {src} -> GPU {dst}: {kind} {_what(kind)} {shown}, {word} {threshold.value} {unit} "
+        f"GPU {src} -> GPU {dst}: {_label(kind)} {shown}, {word} {threshold.value} {unit} "
         f"({threshold.where()}); likely cause: {_bandwidth_cause(ctx, src, dst, kind, value)}",
         props,
     )
+
+
+def _label(kind: str) -> str:
+    return "latency" if kind == "latency" else f"{kind} bandwidth"
 
 
 def _what(kind: str) -> str:

@@ -214,9 +214,16 @@ def nvlink_measurements(nvlink_run: Run, pytestconfig: pytest.Config) -> Measure
     if nvlink_run.node.source != "live":
         return RecordedMeasurements(nvlink_run.node)
     reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
 
     def progress(line: str) -> None:
-        if reporter is not None:
+        if reporter is None:
+            return
+        # Measurements run inside a test, where output is captured; progress must reach the terminal now.
+        if capture is not None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(f"nvlink: {line}")
+        else:
             reporter.write_line(f"nvlink: {line}")
 
     run = nvlink_run

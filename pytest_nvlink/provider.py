@@ -30,7 +30,9 @@ class RecordedMeasurements:
         self._node = node
 
     def p2p(self, src: int, dst: int, kind: str) -> P2PMeasurement | None:
-        found = [m for m in self._node.measurements.p2p if (m.src, m.dst, m.kind) == (src, dst, kind)]
+        # A bidirectional figure belongs to the pair, whichever order recorded it.
+        pairs = {(src, dst), (dst, src)} if kind == "bidirectional" else {(src, dst)}
+        found = [m for m in self._node.measurements.p2p if m.kind == kind and (m.src, m.dst) in pairs]
         # Several files may measure the same pair; the best figure is what the pair can do.
         if not found:
             return None
@@ -95,7 +97,7 @@ class LiveMeasurements:
         from pytest_nvlink.live import measure_collectives
 
         results, audit = measure_collectives(
-            self._node, self._suite, self._thresholds, self._cuda_of(), self._progress, self._backend
+            self._node, self._suite, self._thresholds, self._cuda_of(), self._progress, backend=self._backend
         )
         self._node.measurements.collectives.extend(results)
         if audit is not None:

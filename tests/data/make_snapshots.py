@@ -14,7 +14,19 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from pytest_nvlink.model import FabricInfo, Gpu, Node, NvLinkInfo, P2PStatus, PairPath
+from pytest_nvlink.model import (
+    CollectiveMeasurement,
+    FabricInfo,
+    Gpu,
+    Measurements,
+    NcclAudit,
+    Node,
+    NvLinkInfo,
+    P2PMeasurement,
+    P2PStatus,
+    PairPath,
+    TransportChannel,
+)
 from pytest_nvlink.snapshot import save_snapshot
 
 H100_NAME = "NVIDIA H100 80GB HBM3"
@@ -146,10 +158,130 @@ def vm_pcie_h100() -> Node:
     return node
 
 
+# --- measurements ------------------------------------------------------------------------------
+# Figures follow published HGX H100 numbers: 371-377 GB/s unidirectional, 740-749 bidirectional,
+# ~37 GB/s with P2P disabled (NVIDIA/nccl#1264); all_reduce ~480 GB/s busbw with NVLS and
+# ~370 for other collectives (NVIDIA/nccl-tests#212). Sizes match suites/h100-8gpu.toml.
+MIB = 1 << 20
+COPIED = 256 * MIB * 20  # p2p_size_mib x p2p_iterations
+RING_CHANNELS = 4
+
+
+def _p2p_figures(
+    src: int, dst: int, uni: float, bidi: float, latency: float, **counters: object
+) -> list[P2PMeasurement]:
+    shared = {"can_access_peer": True, "source": "torch", **counters}
+    return [
+        P2PMeasurement(src, dst, "unidirectional", uni, "GB/s", bytes_copied=COPIED, **shared),  # type: ignore[arg-type]
+        P2PMeasurement(src, dst, "bidirectional", bidi, "GB/s", **shared),  # type: ignore[arg-type]
+        P2PMeasurement(src, dst, "latency", latency, "us", **shared),  # type: ignore[arg-type]
+    ]
+
+
+def _nvlink_pair(src: int, dst: int) -> list[P2PMeasurement]:
+    wobble = (src * 7 + dst * 3) % 8
+    return _p2p_figures(
+        src,
+        dst,
+        370.0 + wobble,
+        741.0 + wobble,
+        2.4 + 0.1 * (wobble % 4),
+        nvlink_bytes=COPIED + 4 * MIB * wobble,
+        pcie_bytes=MIB,
+    )
+
+
+def _collective(op: str, size_mib: int, busbw: float, world: int = 8, nvls: bool = True) -> CollectiveMeasurement:
+    factor = {"all_reduce": 2 * (world - 1) / world}.get(op, 1.0 if op == "broadcast" else (world - 1) / world)
+    algbw = busbw / factor
+    size = size_mib * MIB
+    return CollectiveMeasurement(
+        op,
+        size,
+        world,
+        round(size / (algbw * 1e3), 1),
+        round(algbw, 2),
+        busbw,
+        correct=True,
+        backend="nccl",
+        nvls_available=nvls,
+        source="torch.distributed",
+    )
+
+
+def _ring(transport: str = "P2P", detail: str = "P2P/CUMEM") -> list[TransportChannel]:
+    return [
+        TransportChannel(c, r, r, (r + 1) % 8, (r + 1) % 8, transport, detail)
+        for c in range(RING_CHANNELS)
+        for r in range(8)
+    ]
+
+
+def healthy_measurements() -> Measurements:
+    p2p = [m for src, dst in itertools.permutations(range(8), 2) for m in _nvlink_pair(src, dst)]
+    collectives = [
+        _collective("all_reduce", 4096, 478.6),
+        _collective("all_gather", 4096, 362.3),
+        _collective("reduce_scatter", 4096, 363.1),
+        _collective("broadcast", 1024, 351.7),
+        _collective("all_to_all", 1024, 342.5),
+    ]
+    audit = NcclAudit(channels=_ring(), nvls_available=True, nvls_channels=16, source="nccl.hgx-h100-01.*")
+    return Measurements(p2p=p2p, collectives=collectives, nccl=audit)
+
+
+def degraded_measurements() -> Measurements:
+    """Pair 2<->6 copies through host memory (P2P off), so PCIe counters carry the bytes."""
+    m = healthy_measurements()
+    m.p2p = [x for x in m.p2p if {x.src, x.dst} != {2, 6}]
+    for src, dst in ((2, 6), (6, 2)):
+        m.p2p += _p2p_figures(
+            src, dst, 37.2 - 0.4 * (src == 6), 41.8, 23.6, nvlink_bytes=2 * MIB, pcie_bytes=COPIED + 16 * MIB
+        )
+    m.collectives[0] = _collective("all_reduce", 4096, 352.4)
+    shm = [TransportChannel(c, a, a, b, b, "SHM", "SHM/direct/direct") for c in (5, 6) for a, b in ((2, 6), (6, 2))]
+    m.nccl = NcclAudit(channels=_ring() + shm, nvls_available=True, nvls_channels=16, source="nccl.hgx-h100-02.*")
+    return m
+
+
+def vm_measurements() -> Measurements:
+    """A guest without NVLink: PCIe-rate copies, NVLink counters not readable, NCCL over SHM."""
+    no_nvlink = {"pcie_bytes": COPIED, "counters_note": "NVLink throughput counters: NVML: Not Supported"}
+    p2p = [
+        m
+        for s, d in itertools.permutations(range(8), 2)
+        for m in _p2p_figures(s, d, 26.1 if (s < 4) == (d < 4) else 19.8, 44.0, 9.2, **no_nvlink)
+    ]
+    collectives = [
+        _collective(op, size, bw, nvls=False)
+        for op, size, bw in (
+            ("all_reduce", 4096, 38.9),
+            ("all_gather", 4096, 21.4),
+            ("reduce_scatter", 4096, 21.0),
+            ("broadcast", 1024, 20.2),
+            ("all_to_all", 1024, 17.6),
+        )
+    ]
+    audit = NcclAudit(
+        channels=_ring("SHM", "SHM/direct/direct"), nvls_available=False, nvls_channels=0, source="nccl.vm-h100-guest.*"
+    )
+    return Measurements(p2p=p2p, collectives=collectives, nccl=audit)
+
+
+def _measured(build: Callable[[], Node], measure: Callable[[], Measurements]) -> Callable[[], Node]:
+    def both() -> Node:
+        node = build()
+        node.measurements = measure()
+        return node
+
+    both.__doc__ = build.__doc__
+    return both
+
+
 SNAPSHOTS: dict[str, Callable[[], Node]] = {
-    "h100-8gpu-healthy.json": healthy_h100,
-    "h100-8gpu-degraded.json": degraded_h100,
-    "h100-8gpu-vm-pcie.json": vm_pcie_h100,
+    "h100-8gpu-healthy.json": _measured(healthy_h100, healthy_measurements),
+    "h100-8gpu-degraded.json": _measured(degraded_h100, degraded_measurements),
+    "h100-8gpu-vm-pcie.json": _measured(vm_pcie_h100, vm_measurements),
 }
 
 
