@@ -126,12 +126,69 @@ def _short(report: Any, limit: int = 110) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def p2p_matrix(run: Run, kind: str = "unidirectional") -> str:
+    """GB/s per ordered pair (row = source), as p2pBandwidthLatencyTest prints; below-floor cells are '!'-marked."""
+    figures = {(m.src, m.dst): m for m in run.node.measurements.p2p if m.kind == kind}
+    floor = run.thresholds.value(f"p2p.{kind}_min_gbps")
+    count = max(run.suite.gpu_count, len(run.node.gpus))
+    rows = []
+    for src in range(count):
+        row = [f"GPU{src}"]
+        for dst in range(count):
+            m = figures.get((src, dst))
+            if src == dst or m is None:
+                row.append("-" if src == dst else "")
+            elif m.value is None:
+                row.append("err")
+            else:
+                low = floor is not None and run.suite.pair_expects_nvlink(src, dst) and m.value < floor
+                row.append(f"{m.value:.1f}{'!' if low else ''}")
+        rows.append(row)
+    return tabulate(rows, headers=["src\\dst", *[f"GPU{i}" for i in range(count)]], tablefmt="plain")
+
+
+def worst_pair(run: Run, kind: str = "unidirectional") -> str | None:
+    measured = [m for m in run.node.measurements.p2p if m.kind == kind and m.value is not None]
+    if not measured:
+        return None
+    worst = min(measured, key=lambda m: m.value or 0.0)
+    return f"worst {kind} pair: GPU {worst.src} -> GPU {worst.dst} at {worst.value:.1f} GB/s"
+
+
+def collective_table(run: Run) -> str:
+    rows = []
+    for m in sorted(run.node.measurements.collectives, key=lambda m: (m.op, m.size_bytes)):
+        floor = run.thresholds.value(f"collectives.{m.op}.busbw_min_gbps")
+        verdict = "error" if m.error else ("WRONG DATA" if m.correct is False else "")
+        if not verdict and floor is not None and m.busbw_gbps is not None:
+            verdict = "ok" if m.busbw_gbps >= floor else "BELOW"
+        rows.append(
+            [m.op, f"{m.size_bytes / (1 << 20):g}", m.world_size, m.time_us, m.algbw_gbps, m.busbw_gbps, floor, verdict]
+        )
+    headers = ["collective", "size MiB", "ranks", "time us", "algbw GB/s", "busbw GB/s", "min busbw", ""]
+    return tabulate(rows, headers=headers, tablefmt="simple", floatfmt=".1f")
+
+
+def measurement_lines(run: Run) -> list[str]:
+    measurements = run.node.measurements
+    lines: list[str] = []
+    if any(m.kind == "unidirectional" for m in measurements.p2p):
+        lines.append("P2P unidirectional GB/s ('!' = below the SKU minimum):")
+        lines += p2p_matrix(run).splitlines()
+        worst = worst_pair(run)
+        lines += [worst, ""] if worst else [""]
+    if measurements.collectives:
+        lines += [*collective_table(run).splitlines(), ""]
+    return lines
+
+
 def summary_lines(run: Run, stats: Mapping[str, Sequence[Any]]) -> list[str]:
     lines: list[str] = []
     if run.node.gpus:
         lines.append("topology (nvidia-smi topo -m layout; 'A!B' = measured A where the suite expects B):")
         lines += topology_matrix(run).splitlines()
         lines.append("")
+    lines += measurement_lines(run)
     lines += check_table(stats).splitlines()
     if run.node.source == "evidence":
         lines += ["", *evidence_coverage(run.node).splitlines()]

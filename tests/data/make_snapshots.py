@@ -250,7 +250,7 @@ def vm_measurements() -> Measurements:
     p2p = [
         m
         for s, d in itertools.permutations(range(8), 2)
-        for m in _p2p_figures(s, d, 26.1 if (s < 4) == (d < 4) else 19.8, 44.0, 9.2, **no_nvlink)
+        for m in _p2p_figures(s, d, 26.1 if (s < 4) == (d < 4) else 19.8, 44.0, 14.8, **no_nvlink)
     ]
     collectives = [
         _collective(op, size, bw, nvls=False)
