@@ -39,7 +39,13 @@ class Context:
     def usable_gpus(self) -> int:
         return sum(1 for gpu in self.node.gpus if gpu.problem is None)
 
+    def no_inventory(self) -> bool:
+        """Evidence files that name no GPUs at all (an NCCL log alone) cannot say a GPU is missing."""
+        return self.node.source == "evidence" and not self.node.gpus and "inventory" not in self.node.provenance
+
     def missing_gpu(self, index: int) -> Verdict:
+        if self.no_inventory():
+            return unknown("evidence", f"GPU {index}", "the evidence files list no GPUs", [])
         found = self.usable_gpus()
         gpu = self.node.gpu(index)
         if gpu is not None and gpu.problem:
@@ -69,6 +75,8 @@ def gpu_properties(gpu: Gpu) -> list[tuple[str, str]]:
 def gpu_count(ctx: Context) -> Verdict:
     expected, found = ctx.suite.gpu_count, ctx.usable_gpus()
     props = measured_properties(found, str(expected), "GPUs")
+    if ctx.no_inventory():
+        return unknown("evidence", "the GPU inventory", "the evidence files list no GPUs", props)
     if ctx.node.probe_errors and found == 0:
         reason = "; ".join(ctx.node.probe_errors)
         return failed(f"expected {expected} GPUs, found 0: {reason}", props)
