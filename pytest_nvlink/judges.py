@@ -63,6 +63,17 @@ class Context:
         )
 
 
+def pair_properties(ctx: Context, src: int, dst: int) -> list[tuple[str, str]]:
+    """Both ends of a pair by index and, where known, UUID and serial (stable across reboots)."""
+    props = [("gpu_src", str(src)), ("gpu_dst", str(dst))]
+    for role, index in (("src", src), ("dst", dst)):
+        gpu = ctx.node.gpu(index)
+        for field, value in (("uuid", gpu.uuid if gpu else None), ("serial", gpu.serial if gpu else None)):
+            if value:
+                props.append((f"gpu_{role}_{field}", value))
+    return props
+
+
 def gpu_properties(gpu: Gpu) -> list[tuple[str, str]]:
     props = [("gpu_index", str(gpu.index))]
     props += [(key, value) for key, value in (("gpu_uuid", gpu.uuid), ("gpu_serial", gpu.serial)) if value]
@@ -409,8 +420,7 @@ def pair_path(ctx: Context, a: int, b: int) -> Verdict:
     props = [
         *measured_properties(actual, expected, "path class"),
         ("suite_key", ctx.suite_where(key)),
-        ("gpu_a", str(a)),
-        ("gpu_b", str(b)),
+        *pair_properties(ctx, a, b),
     ]
     if actual is None:
         return unknown(
@@ -476,8 +486,7 @@ def p2p_status(ctx: Context, src: int, dst: int) -> Verdict:
         ("measured", ",".join(f"{k}={v}" for k, v in shown.items())),
         ("expected", "read,write,nvlink=ok"),
         ("unit", "P2P status"),
-        ("gpu_src", str(src)),
-        ("gpu_dst", str(dst)),
+        *pair_properties(ctx, src, dst),
     ]
     if any(v is None for v in shown.values()):
         return unknown(

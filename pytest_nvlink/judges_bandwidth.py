@@ -6,7 +6,7 @@ snapshot, parsed tool output), so re-judging a saved run against other threshold
 
 from __future__ import annotations
 
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges import Context, pair_properties
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, P2PMeasurement
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, not_applicable, passed, unknown
 
@@ -20,8 +20,8 @@ PCIE_LIKE_FRACTION = 0.25  # below a quarter of the NVLink floor, the copy canno
 MIB = 1 << 20
 
 
-def _pair_props(src: int, dst: int, m: P2PMeasurement | None) -> list[tuple[str, str]]:
-    props = [("gpu_src", str(src)), ("gpu_dst", str(dst))]
+def _pair_props(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> list[tuple[str, str]]:
+    props = pair_properties(ctx, src, dst)
     if m is not None and m.source:
         props.append(("measurement_source", m.source))
     return props
@@ -41,7 +41,7 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
         return not_applicable(f"threshold set {ctx.thresholds.name} sets no {key}")
     value = m.value if m is not None else None
     bound = f"{'>=' if comparison == 'min' else '<='} {threshold.value}"
-    props = measured_properties(value, bound, unit, threshold) + _pair_props(src, dst, m)
+    props = measured_properties(value, bound, unit, threshold) + _pair_props(ctx, src, dst, m)
     if m is None or value is None:
         reason = (m.error if m is not None and m.error else None) or "no measurement recorded"
         return unknown(ctx.node.source, f"the {kind} P2P {_what(kind)} GPU {src} -> GPU {dst}", reason, props)
@@ -104,7 +104,7 @@ def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Ve
     fraction = nvlink / copied if nvlink is not None and copied else None
     props = measured_properties(fraction, f">= {threshold.value}", "fraction of bytes on NVLink", threshold)
     props += [
-        *_pair_props(src, dst, m),
+        *_pair_props(ctx, src, dst, m),
         ("bytes_copied", str(copied)),
         ("nvlink_bytes", str(nvlink)),
         ("pcie_bytes", str(pcie)),

@@ -184,4 +184,9 @@ def test_junit_carries_measured_expected_and_threshold(pytester: pytest.Pytester
     failure = links.find("failure")
     assert failure is not None and "16 of 18 NVLinks active" in failure.get("message", "")
     assert cases["test_path[gpu0-gpu1]"].find("failure") is None
+    pair = _case_properties(cases["test_path[gpu0-gpu3]"])
+    assert pair["measured"] == "NV16"
+    assert pair["gpu_dst"] == "3"
+    assert pair["gpu_dst_uuid"].startswith("GPU-")
+    assert pair["suite_key"] == "h100-8gpu.toml:topology.default"
     assert links.get("classname") == "nvlink.test_nvlink"
