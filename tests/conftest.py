@@ -12,6 +12,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SNAPSHOTS = REPO / "snapshots"
 DATA = Path(__file__).resolve().parent / "data"
+EVIDENCE = DATA / "evidence"
+
+
+def sample(relative: str) -> str:
+    """A copied real sample without its three provenance header lines and the blank line after them."""
+    lines = (EVIDENCE / relative).read_text(encoding="utf-8").split("\n")
+    assert all(line.startswith("# ") for line in lines[:3]) and lines[3] == ""
+    return "\n".join(lines[4:])
 
 
 @pytest.fixture

@@ -6,12 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import EVIDENCE, sample
 
 from pytest_nvlink.evidence import FAMILIES, EvidenceConflict, EvidenceError, coverage, load_evidence
 from pytest_nvlink.model import Gpu, Node, NvLinkInfo, PairPath
 from pytest_nvlink.snapshot import snapshot_document
 
-DATA = Path(__file__).parent / "data" / "evidence"
+DATA = EVIDENCE
 A100_TOPO = "topo/a100-sxm4-80gb-8gpu-distserve3.txt"
 A100_P2P = "p2pBandwidthLatencyTest/a100-sxm4-80gb-8gpu-distserve3.txt"
 H100_TOPO = "topo/h100-sxm-8gpu-baremetal-supermicro-nccl1264-partial.txt"
@@ -21,12 +22,6 @@ NCCL_TESTS = "nccl-tests/a100-sxm4-40gb-8gpu-oci-bm-gpu4-allreduce.txt"
 NVBANDWIDTH = "nvbandwidth/nvbandwidth-readme-example-8gpu-old-format.txt"
 NCCL_LOG = "nccl-debug/h20-nvlink-two-pods-p2p-cumem-nccl1781.txt"
 L40S_TOPO = "topo/l40s-4gpu-pcie-only-node-sys.txt"
-
-
-def sample(relative: str) -> str:
-    lines = (DATA / relative).read_text(encoding="utf-8").split("\n")
-    assert all(line.startswith("# ") for line in lines[:3]) and lines[3] == ""
-    return "\n".join(lines[4:])
 
 
 def stage(tmp_path: Path, *relatives: str) -> Path:

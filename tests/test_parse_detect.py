@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from conftest import EVIDENCE, sample
 
 from pytest_nvlink.parsers import detect
 from pytest_nvlink.parsers.common import ParseError
 from pytest_nvlink.parsers.topo import TopoMatrix
 
-DATA = Path(__file__).parent / "data" / "evidence"
-
-
-def sample(relative: str) -> str:
-    lines = (DATA / relative).read_text(encoding="utf-8").split("\n")
-    assert all(line.startswith("# ") for line in lines[:3]) and lines[3] == ""
-    return "\n".join(lines[4:])
+DATA = EVIDENCE
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import EVIDENCE, sample
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,7 +15,7 @@ from pytest_nvlink.evidence import EvidenceError, load_evidence
 from pytest_nvlink.parsers import detect, nccl_log, nccl_tests, nvbandwidth, nvlink, p2p_latency, topo
 from pytest_nvlink.parsers.common import ParseError
 
-DATA = Path(__file__).parent / "data" / "evidence"
+DATA = EVIDENCE
 SAMPLES = sorted(p.relative_to(DATA).as_posix() for p in DATA.rglob("*.txt"))
 PARSERS: dict[str, Callable[[str], object]] = {
     "topo": topo.parse,
@@ -32,11 +33,6 @@ NOISE = st.sampled_from(
     ["\t", " ", "\n", "\r", "X", "NV", "12", "0", "-", ".", ":", "/", "N/A", "#", "GPU", "Link", "[", "]", "é", "\x00"]
 )
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def sample(relative: str) -> str:
-    lines = (DATA / relative).read_text(encoding="utf-8").split("\n")
-    return "\n".join(lines[4:])
 
 
 def survives(parse: Callable[[str], object], text: str) -> None:

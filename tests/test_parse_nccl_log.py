@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from conftest import EVIDENCE, sample
 
 from pytest_nvlink.model import NcclAudit
 from pytest_nvlink.parsers import nccl_log
 from pytest_nvlink.parsers.common import ParseError
 
-DATA = Path(__file__).parent / "data" / "evidence"
+DATA = EVIDENCE
 SAMPLE = "nccl-debug/h20-nvlink-two-pods-p2p-cumem-nccl1781.txt"
-
-
-def sample(relative: str) -> str:
-    lines = (DATA / relative).read_text(encoding="utf-8").split("\n")
-    assert all(line.startswith("# ") for line in lines[:3]) and lines[3] == ""
-    return "\n".join(lines[4:])
 
 
 def test_h20_two_ranks_all_p2p_cumem() -> None:

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from conftest import EVIDENCE, sample
 
 from pytest_nvlink.parsers import nvbandwidth
 from pytest_nvlink.parsers.common import ParseError
 
-DATA = Path(__file__).parent / "data" / "evidence"
+DATA = EVIDENCE
 SAMPLE = "nvbandwidth/nvbandwidth-readme-example-8gpu-old-format.txt"
-
-
-def sample(relative: str) -> str:
-    lines = (DATA / relative).read_text(encoding="utf-8").split("\n")
-    assert all(line.startswith("# ") for line in lines[:3]) and lines[3] == ""
-    return "\n".join(lines[4:])
 
 
 def test_old_format_sample() -> None:

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from conftest import EVIDENCE, sample
 
 from pytest_nvlink.parsers import nvlink
 from pytest_nvlink.parsers.common import ParseError
 
-DATA = Path(__file__).parent / "data" / "evidence"
+DATA = EVIDENCE
 STATUS_SAMPLE = "nvlink/h100-sxm-8gpu-aws-p5-nvlink-status.txt"
 ERRORS_SAMPLE = "nvlink/a100-sxm4-40gb-vm-brev-nvlink-e-all.txt"
-
-
-def sample(relative: str) -> str:
-    lines = (DATA / relative).read_text(encoding="utf-8").split("\n")
-    assert all(line.startswith("# ") for line in lines[:3]) and lines[3] == ""
-    return "\n".join(lines[4:])
 
 
 def test_h100_status_8_gpus_18_links() -> None:

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from conftest import EVIDENCE, sample
 
 from pytest_nvlink.parsers import topo
 from pytest_nvlink.parsers.common import ParseError
 
-DATA = Path(__file__).parent / "data" / "evidence"
-
-
-def sample(relative: str) -> str:
-    """A sample's output without its three '# source/machine/note' lines and the blank line after them."""
-    lines = (DATA / relative).read_text(encoding="utf-8").split("\n")
-    assert all(line.startswith("# ") for line in lines[:3]) and lines[3] == ""
-    return "\n".join(lines[4:])
+DATA = EVIDENCE
 
 
 A100 = "topo/a100-sxm4-80gb-8gpu-distserve3.txt"
