@@ -6,6 +6,8 @@ sentence: what was seen, what was expected and from which file and key, and the 
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pytest_nvlink.config import Suite, Threshold, Thresholds, path_matches
@@ -80,6 +82,19 @@ def gpu_properties(gpu: Gpu) -> list[tuple[str, str]]:
     return props
 
 
+def _per_gpu(judge: Callable[[Context, Gpu], Verdict]) -> Callable[[Context, int], Verdict]:
+    """Resolve a GPU index; a GPU the suite expects but the node lacks (or lost) fails in one place."""
+
+    @functools.wraps(judge)
+    def by_index(ctx: Context, index: int) -> Verdict:
+        gpu = ctx.node.gpu(index)
+        if gpu is None or gpu.problem:
+            return ctx.missing_gpu(index)
+        return judge(ctx, gpu)
+
+    return by_index
+
+
 # --- inventory --------------------------------------------------------------------------------
 
 
@@ -114,10 +129,9 @@ def gpu_count(ctx: Context) -> Verdict:
     return passed(f"{found} GPUs found as expected", props)
 
 
-def gpu_model(ctx: Context, index: int) -> Verdict:
-    gpu = ctx.node.gpu(index)
-    if gpu is None or gpu.problem:
-        return ctx.missing_gpu(index)
+@_per_gpu
+def gpu_model(ctx: Context, gpu: Gpu) -> Verdict:
+    index = gpu.index
     accepted = " | ".join(ctx.suite.gpu_models)
     props = measured_properties(gpu.name, accepted, "model") + gpu_properties(gpu)
     if gpu.name is None:
@@ -155,10 +169,9 @@ def _nvlink_threshold(ctx: Context, key: str) -> Threshold | None:
     return ctx.thresholds.get(f"nvlink.{key}")
 
 
-def nvlink_active_links(ctx: Context, index: int) -> Verdict:
-    gpu = ctx.node.gpu(index)
-    if gpu is None or gpu.problem:
-        return ctx.missing_gpu(index)
+@_per_gpu
+def nvlink_active_links(ctx: Context, gpu: Gpu) -> Verdict:
+    index = gpu.index
     threshold = _nvlink_threshold(ctx, "active_links")
     if threshold is None:
         return not_applicable(f"{ctx.thresholds.name} sets no nvlink.active_links")
@@ -202,10 +215,9 @@ def _links_message(ctx: Context, gpu: Gpu, active: int, expected: int, threshold
     )
 
 
-def nvlink_version(ctx: Context, index: int) -> Verdict:
-    gpu = ctx.node.gpu(index)
-    if gpu is None or gpu.problem:
-        return ctx.missing_gpu(index)
+@_per_gpu
+def nvlink_version(ctx: Context, gpu: Gpu) -> Verdict:
+    index = gpu.index
     threshold = _nvlink_threshold(ctx, "version")
     if threshold is None or not _expects_links(ctx):
         return not_applicable(f"{ctx.thresholds.name} sets no NVLink version")
@@ -251,10 +263,9 @@ def _expects_links(ctx: Context) -> bool:
     return int(ctx.thresholds.value("nvlink.active_links", 0)) > 0
 
 
-def nvlink_speed(ctx: Context, index: int) -> Verdict:
-    gpu = ctx.node.gpu(index)
-    if gpu is None or gpu.problem:
-        return ctx.missing_gpu(index)
+@_per_gpu
+def nvlink_speed(ctx: Context, gpu: Gpu) -> Verdict:
+    index = gpu.index
     threshold = _nvlink_threshold(ctx, "link_speed_min_gbps")
     if threshold is None or not _expects_links(ctx):
         return not_applicable(f"{ctx.thresholds.name} sets no nvlink.link_speed_min_gbps")
@@ -284,10 +295,9 @@ def nvlink_speed(ctx: Context, index: int) -> Verdict:
     return passed(f"GPU {index}: slowest active link {slowest:.3f} GB/s", props)
 
 
-def nvlink_errors(ctx: Context, index: int) -> Verdict:
-    gpu = ctx.node.gpu(index)
-    if gpu is None or gpu.problem:
-        return ctx.missing_gpu(index)
+@_per_gpu
+def nvlink_errors(ctx: Context, gpu: Gpu) -> Verdict:
+    index = gpu.index
     limits = {name: ctx.thresholds.get(f"nvlink_errors.{name}_max") for name in ERROR_COUNTER_NAMES}
     if not _expects_links(ctx) or all(v is None for v in limits.values()):
         return not_applicable(f"{ctx.thresholds.name} expects no NVLink error counters")
@@ -338,10 +348,9 @@ def _worst_link(gpu: Gpu, counter: str) -> int | None:
 # --- fabric and PCIe --------------------------------------------------------------------------
 
 
-def fabric(ctx: Context, index: int) -> Verdict:
-    gpu = ctx.node.gpu(index)
-    if gpu is None or gpu.problem:
-        return ctx.missing_gpu(index)
+@_per_gpu
+def fabric(ctx: Context, gpu: Gpu) -> Verdict:
+    index = gpu.index
     threshold = ctx.thresholds.get("fabric.required")
     if threshold is None or threshold.value is not True:
         return not_applicable(f"{ctx.thresholds.name} does not require an NVSwitch fabric (fabric.required)")
@@ -375,10 +384,9 @@ def fabric(ctx: Context, index: int) -> Verdict:
     return passed(f"GPU {index}: fabric registration completed", props)
 
 
-def pcie_link(ctx: Context, index: int) -> Verdict:
-    gpu = ctx.node.gpu(index)
-    if gpu is None or gpu.problem:
-        return ctx.missing_gpu(index)
+@_per_gpu
+def pcie_link(ctx: Context, gpu: Gpu) -> Verdict:
+    index = gpu.index
     gen_t, width_t = ctx.thresholds.get("pcie.generation_min"), ctx.thresholds.get("pcie.width_min")
     if gen_t is None and width_t is None:
         return not_applicable(f"{ctx.thresholds.name} sets no PCIe minimum")
