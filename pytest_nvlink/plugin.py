@@ -310,12 +310,22 @@ def pytest_terminal_summary(
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     run = _run(session.config)
-    if run is None or run.options.save is None:
+    if run is None:
         return
+    if run.probe_failed() and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        # "-k topology" on a node that could not be probed selects nothing; that must not read as "no tests".
+        problem = "; ".join(run.node.probe_errors)
+        session.config.get_terminal_writer().line(f"pytest-nvlink: node could not be probed: {problem}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if run.options.save is not None:
+        _save(session, run.node, run.options.save)
+
+
+def _save(session: pytest.Session, node: Node, path: Path) -> None:
     from pytest_nvlink.snapshot import save_snapshot
 
     try:
-        save_snapshot(run.node, run.options.save)
+        save_snapshot(node, path)
     except OSError as exc:
         session.config.get_terminal_writer().line(f"pytest-nvlink: could not save snapshot: {exc}", red=True)
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR

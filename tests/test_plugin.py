@@ -66,6 +66,15 @@ def test_no_driver_fails_with_one_clear_line(pytester: pytest.Pytester, install_
     )
 
 
+def test_no_driver_with_a_selection_that_leaves_nothing_still_fails(
+    pytester: pytest.Pytester, install_fake_nvml: Callable[..., Any]
+) -> None:
+    install_fake_nvml(None, library_missing=True)
+    result = pytester.runpytest("--nvlink-suite=h100-8gpu", "-k", "topology", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["pytest-nvlink: node could not be probed: NVML library not found*"])
+
+
 def test_live_probe_through_fake_nvml_passes_topology(
     pytester: pytest.Pytester, install_fake_nvml: Callable[..., Any]
 ) -> None:
