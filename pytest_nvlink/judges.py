@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pytest_nvlink.config import Suite, Threshold, Thresholds, path_matches
-from pytest_nvlink.model import ERROR_COUNTER_NAMES, Gpu, Node, nvlink_count_of_path
+from pytest_nvlink.model import ERROR_COUNTER_NAMES, Gpu, Node, NvLinkInfo, nvlink_count_of_path
 from pytest_nvlink.verdict import (
     Verdict,
     failed,
@@ -36,6 +36,17 @@ class Context:
             gpu = self.node.gpu(index)
             if gpu is None or gpu.problem:
                 return index
+        return None
+
+    def nvlink_pair_guard(self, src: int, dst: int, what: str) -> Verdict | None:
+        """The verdict for a pair check that cannot or need not run: a GPU missing, or a PCIe pair."""
+        missing = self.first_unusable(src, dst)
+        if missing is not None:
+            return self.missing_gpu(missing)
+        if not self.suite.pair_expects_nvlink(src, dst):
+            return not_applicable(
+                f"suite {self.suite.name} expects a PCIe path between GPU {src} and GPU {dst}; {what}"
+            )
         return None
 
     def usable_gpus(self) -> int:
@@ -218,13 +229,10 @@ def _links_message(ctx: Context, gpu: Gpu, active: int, expected: int, threshold
 @_per_gpu
 def nvlink_version(ctx: Context, gpu: Gpu) -> Verdict:
     index = gpu.index
-    threshold = _nvlink_threshold(ctx, "version")
-    if threshold is None or not _expects_links(ctx):
-        return not_applicable(f"{ctx.thresholds.name} sets no NVLink version")
-    dead = _no_active_links(ctx, gpu, "NVLink version")
-    if dead:
-        return dead
-    active = [link for link in gpu.nvlinks or [] if link.active]
+    ready = _active_links(ctx, gpu, "version", "NVLink version")
+    if isinstance(ready, Verdict):
+        return ready
+    threshold, active = ready
     versions = sorted({link.version for link in active if link.version is not None})
     props = measured_properties(
         ",".join(map(str, versions)) or None, str(threshold.value), "NVLink generation", threshold
@@ -259,6 +267,17 @@ def _no_active_links(ctx: Context, gpu: Gpu, what: str) -> Verdict | None:
     )
 
 
+def _active_links(ctx: Context, gpu: Gpu, key: str, what: str) -> tuple[Threshold, list[NvLinkInfo]] | Verdict:
+    """The threshold and active links a per-link check needs, or the verdict that ends it early."""
+    threshold = _nvlink_threshold(ctx, key)
+    if threshold is None or not _expects_links(ctx):
+        return not_applicable(f"{ctx.thresholds.name} sets no nvlink.{key}")
+    dead = _no_active_links(ctx, gpu, what)
+    if dead:
+        return dead
+    return threshold, [link for link in gpu.nvlinks or [] if link.active]
+
+
 def _expects_links(ctx: Context) -> bool:
     return int(ctx.thresholds.value("nvlink.active_links", 0)) > 0
 
@@ -266,13 +285,10 @@ def _expects_links(ctx: Context) -> bool:
 @_per_gpu
 def nvlink_speed(ctx: Context, gpu: Gpu) -> Verdict:
     index = gpu.index
-    threshold = _nvlink_threshold(ctx, "link_speed_min_gbps")
-    if threshold is None or not _expects_links(ctx):
-        return not_applicable(f"{ctx.thresholds.name} sets no nvlink.link_speed_min_gbps")
-    dead = _no_active_links(ctx, gpu, "NVLink speed")
-    if dead:
-        return dead
-    active = [link for link in gpu.nvlinks or [] if link.active]
+    ready = _active_links(ctx, gpu, "link_speed_min_gbps", "NVLink speed")
+    if isinstance(ready, Verdict):
+        return ready
+    threshold, active = ready
     speeds = [link.speed_gbps for link in active]
     known = [s for s in speeds if s is not None]
     slowest = min(known) if known else None
@@ -478,13 +494,9 @@ _P2P_CAPS_ON_NVLINK: tuple[str, ...] = ("read", "write", "nvlink")
 
 
 def p2p_status(ctx: Context, src: int, dst: int) -> Verdict:
-    missing = ctx.first_unusable(src, dst)
-    if missing is not None:
-        return ctx.missing_gpu(missing)
-    if not ctx.suite.pair_expects_nvlink(src, dst):
-        return not_applicable(
-            f"suite {ctx.suite.name} expects a PCIe path between GPU {src} and GPU {dst}; P2P over PCIe is not required"
-        )
+    guard = ctx.nvlink_pair_guard(src, dst, "P2P over PCIe is not required")
+    if guard:
+        return guard
     status = ctx.node.p2p_status(src, dst)
     shown = {cap: (status.get(cap) if status else None) for cap in _P2P_CAPS_ON_NVLINK}
     if ctx.node.source == "evidence" and shown["nvlink"] is None and None not in (shown["read"], shown["write"]):

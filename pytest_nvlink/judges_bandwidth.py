@@ -30,13 +30,9 @@ def _pair_props(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> l
 def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | None) -> Verdict:
     key, unit, comparison = P2P_KINDS[kind]
     threshold = ctx.thresholds.get(key)
-    missing = ctx.first_unusable(src, dst)
-    if missing is not None:
-        return ctx.missing_gpu(missing)
-    if not ctx.suite.pair_expects_nvlink(src, dst):
-        return not_applicable(
-            f"suite {ctx.suite.name} expects PCIe between GPU {src} and GPU {dst}; {key} is an NVLink figure"
-        )
+    guard = ctx.nvlink_pair_guard(src, dst, f"{key} is an NVLink figure")
+    if guard:
+        return guard
     if threshold is None:
         return not_applicable(f"threshold set {ctx.thresholds.name} sets no {key}")
     value = m.value if m is not None else None
@@ -88,11 +84,9 @@ def _bandwidth_cause(ctx: Context, src: int, dst: int, kind: str, value: float) 
 
 def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Verdict:
     """Pass only if NVLink counters carried the bytes of the copy (not PCIe)."""
-    missing = ctx.first_unusable(src, dst)
-    if missing is not None:
-        return ctx.missing_gpu(missing)
-    if not ctx.suite.pair_expects_nvlink(src, dst):
-        return not_applicable(f"suite {ctx.suite.name} expects PCIe between GPU {src} and GPU {dst}")
+    guard = ctx.nvlink_pair_guard(src, dst, "no NVLink path to prove")
+    if guard:
+        return guard
     waived = ctx.thresholds.get("p2p.counters_waived")
     if waived is not None and waived.value is True:
         return not_applicable(f"traffic-counter proof waived by {waived.where()}")
