@@ -308,6 +308,14 @@ def nvlink_speed(ctx: Context, gpu: Gpu) -> Verdict:
             "reduced NVLink bandwidth mode (nvidia-smi nvlink -gbm) — check cabling and nvlink -s",
             props,
         )
+    mode = ctx.node.nvlink_bw_mode
+    if mode not in (None, "full"):
+        # Links can report full line rate while the system caps NVLink bandwidth (nvmlSystemGetNvlinkBwMode).
+        return failed(
+            f"GPU {index}: links run at {slowest:.3f} GB/s but the system NVLink bandwidth mode is {mode!r}, not "
+            f"'full'; likely cause: a power/thermal policy or admin setting — check `nvidia-smi nvlink -gbm`",
+            [*props, ("nvlink_bw_mode", mode)],
+        )
     return passed(f"GPU {index}: slowest active link {slowest:.3f} GB/s", props)
 
 

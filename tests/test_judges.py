@@ -198,3 +198,12 @@ def test_lost_gpu_fails_count_and_its_items() -> None:
     count = judges.gpu_count(ctx)
     assert count.outcome is Outcome.FAIL and "GPU 7: GPU is lost" in count.message
     assert "unusable" in judges.pair_path(ctx, 0, 7).message
+
+
+def test_reduced_nvlink_bandwidth_mode_fails_speed() -> None:
+    ctx = context()
+    assert judges.nvlink_speed(ctx, 0).ok
+    ctx.node.nvlink_bw_mode = "half"
+    verdict = judges.nvlink_speed(ctx, 0)
+    assert verdict.outcome is Outcome.FAIL
+    assert "bandwidth mode is 'half'" in verdict.message
