@@ -22,7 +22,6 @@ from pytest_nvlink.verdict import Outcome, Verdict
 
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 RUN_KEY = pytest.StashKey[Run]()
-MEASURE_KEY = pytest.StashKey[Any]()
 
 _OPTIONS: tuple[tuple[str, str], ...] = (
     ("suite", "suite to accept against: a shipped name, a path to a suite .toml, or 'auto'"),
@@ -68,7 +67,9 @@ def _setting(config: pytest.Config, name: str) -> str | None:
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
     """Append the shipped check modules when a suite is chosen and the user named no paths."""
     namespace = early_config.known_args_namespace
-    if getattr(namespace, "nvlink_suite", None) is None or getattr(namespace, "nvlink_list_suites", False):
+    # Options are not parsed for real yet: the early namespace has the command line, getini the ini file.
+    suite = getattr(namespace, "nvlink_suite", None) or early_config.getini("nvlink_suite")
+    if getattr(namespace, "nvlink_list_suites", False) or not suite:
         return
     if not namespace.file_or_dir:
         args.extend(str(path) for path in sorted(CHECKS_DIR.glob("test_*.py")))

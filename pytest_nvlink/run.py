@@ -72,8 +72,15 @@ def build_run(options: RunOptions, live_probe: Callable[[], Node]) -> Run:
 def _check_exclusive(options: RunOptions) -> None:
     if options.replay and options.evidence:
         raise ConfigError("--nvlink-replay and --nvlink-evidence: choose one source, not both")
-    if options.evidence_missing not in ("fail", "skip"):
-        raise ConfigError(f"--nvlink-evidence-missing: expected fail or skip, got {options.evidence_missing!r}")
+    choices = (
+        ("--nvlink-evidence-missing", options.evidence_missing, ("fail", "skip")),
+        ("--nvlink-pair-mode", options.pair_mode, (None, "serial", "concurrent")),
+        ("--nvlink-backend", options.backend, (None, "nccl", "gloo")),
+    )
+    for option, value, allowed in choices:
+        if value not in allowed:
+            shown = " or ".join(str(a) for a in allowed if a is not None)
+            raise ConfigError(f"{option}: expected {shown}, got {value!r}")
 
 
 def _load_node(options: RunOptions, live_probe: Callable[[], Node]) -> Node:

@@ -199,3 +199,23 @@ def test_junit_carries_measured_expected_and_threshold(pytester: pytest.Pytester
     assert pair["gpu_dst_uuid"].startswith("GPU-")
     assert pair["suite_key"] == "h100-8gpu.toml:topology.default"
     assert links.get("classname") == "nvlink.test_nvlink"
+
+
+def test_ini_suite_alone_collects_the_shipped_checks(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nnvlink_suite = h100-8gpu\nnvlink_replay = h100-8gpu-healthy\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=372)
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("--nvlink-pair-mode=random", "--nvlink-pair-mode: expected serial or concurrent, got 'random'"),
+        ("--nvlink-backend=mpi", "--nvlink-backend: expected nccl or gloo, got 'mpi'"),
+        ("--nvlink-evidence-missing=warn", "--nvlink-evidence-missing: expected fail or skip, got 'warn'"),
+    ],
+)
+def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester, option: str, message: str) -> None:
+    result = pytester.runpytest("--nvlink-suite=h100-8gpu", "--nvlink-replay=h100-8gpu-healthy", option)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {message}"])
