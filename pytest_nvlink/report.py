@@ -210,5 +210,7 @@ FAMILY_CHECKS: dict[str, str] = {
 
 def evidence_coverage(node: Node) -> str:
     """Which evidence file fed which checks; an empty cell means those checks had no evidence."""
-    rows = [[family, checks, node.provenance.get(family, "") or "(none)"] for family, checks in FAMILY_CHECKS.items()]
+    from pytest_nvlink.evidence import coverage
+
+    rows = [[family, FAMILY_CHECKS.get(family, ""), files or "(none)"] for family, files in coverage(node)]
     return tabulate(rows, headers=["evidence", "checks", "files"], tablefmt="simple")

@@ -6,13 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import EVIDENCE, sample
+from conftest import sample
 
 from pytest_nvlink.evidence import FAMILIES, EvidenceConflict, EvidenceError, coverage, load_evidence
 from pytest_nvlink.model import Gpu, Node, NvLinkInfo, PairPath
 from pytest_nvlink.snapshot import snapshot_document
 
-DATA = EVIDENCE
 A100_TOPO = "topo/a100-sxm4-80gb-8gpu-distserve3.txt"
 A100_P2P = "p2pBandwidthLatencyTest/a100-sxm4-80gb-8gpu-distserve3.txt"
 H100_TOPO = "topo/h100-sxm-8gpu-baremetal-supermicro-nccl1264-partial.txt"
@@ -300,3 +299,10 @@ def test_nccl_tests_without_rank_count_is_refused(tmp_path: Path) -> None:
     text = "$ ./all_reduce_perf -g 8\n 1048576  262144  float  sum  -1  50.0  20.00  35.00  0  50.0  20.00  35.00  0\n"
     with pytest.raises(EvidenceError, match="number of ranks is unknown"):
         load_evidence([write(tmp_path, "ar.txt", text)])
+
+
+def test_every_evidence_family_names_the_checks_it_feeds() -> None:
+    from pytest_nvlink.evidence import FAMILIES
+    from pytest_nvlink.report import FAMILY_CHECKS
+
+    assert set(FAMILY_CHECKS) == set(FAMILIES)

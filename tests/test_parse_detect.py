@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import EVIDENCE, sample
+from conftest import sample
 
 from pytest_nvlink.parsers import detect
 from pytest_nvlink.parsers.common import ParseError
 from pytest_nvlink.parsers.topo import TopoMatrix
-
-DATA = EVIDENCE
 
 
 @pytest.mark.parametrize(

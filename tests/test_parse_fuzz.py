@@ -15,8 +15,7 @@ from pytest_nvlink.evidence import EvidenceError, load_evidence
 from pytest_nvlink.parsers import detect, nccl_log, nccl_tests, nvbandwidth, nvlink, p2p_latency, topo
 from pytest_nvlink.parsers.common import ParseError
 
-DATA = EVIDENCE
-SAMPLES = sorted(p.relative_to(DATA).as_posix() for p in DATA.rglob("*.txt"))
+SAMPLES = sorted(p.relative_to(EVIDENCE).as_posix() for p in EVIDENCE.rglob("*.txt"))
 PARSERS: dict[str, Callable[[str], object]] = {
     "topo": topo.parse,
     "topo_p2p": topo.parse_p2p,

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from conftest import EVIDENCE, sample
+from conftest import sample
 
 from pytest_nvlink.model import NcclAudit
 from pytest_nvlink.parsers import nccl_log
 from pytest_nvlink.parsers.common import ParseError
 
-DATA = EVIDENCE
 SAMPLE = "nccl-debug/h20-nvlink-two-pods-p2p-cumem-nccl1781.txt"
 
 

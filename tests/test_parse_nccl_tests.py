@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from conftest import EVIDENCE, sample
+from conftest import sample
 
 from pytest_nvlink.parsers import nccl_tests
 from pytest_nvlink.parsers.common import ParseError
 
-DATA = EVIDENCE
 SAMPLE = "nccl-tests/a100-sxm4-40gb-8gpu-oci-bm-gpu4-allreduce.txt"
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from conftest import EVIDENCE, sample
+from conftest import sample
 
 from pytest_nvlink.parsers import nvbandwidth
 from pytest_nvlink.parsers.common import ParseError
 
-DATA = EVIDENCE
 SAMPLE = "nvbandwidth/nvbandwidth-readme-example-8gpu-old-format.txt"
 
 

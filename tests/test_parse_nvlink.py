@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from conftest import EVIDENCE, sample
+from conftest import sample
 
 from pytest_nvlink.parsers import nvlink
 from pytest_nvlink.parsers.common import ParseError
 
-DATA = EVIDENCE
 STATUS_SAMPLE = "nvlink/h100-sxm-8gpu-aws-p5-nvlink-status.txt"
 ERRORS_SAMPLE = "nvlink/a100-sxm4-40gb-vm-brev-nvlink-e-all.txt"
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from conftest import EVIDENCE, sample
+from conftest import sample
 
 from pytest_nvlink.parsers import p2p_latency
 from pytest_nvlink.parsers.common import ParseError
 
-DATA = EVIDENCE
 SAMPLE = "p2pBandwidthLatencyTest/a100-sxm4-80gb-8gpu-distserve3.txt"
 
 

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from conftest import EVIDENCE, sample
+from conftest import sample
 
 from pytest_nvlink.parsers import topo
 from pytest_nvlink.parsers.common import ParseError
-
-DATA = EVIDENCE
-
 
 A100 = "topo/a100-sxm4-80gb-8gpu-distserve3.txt"
 H100_PARTIAL = "topo/h100-sxm-8gpu-baremetal-supermicro-nccl1264-partial.txt"
