@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_nvlink.model import PCIE_PATH_CLASSES, nvlink_count_of_path
+from pytest_nvlink.textfile import MIB, UnreadableText, parse_problem, read_text_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -146,17 +147,25 @@ def _flatten(table: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any
             yield dotted, value
 
 
+TOML_MAX_BYTES = 4 * MIB
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     try:
-        with path.open("rb") as handle:
-            document: dict[str, Any] = tomllib.load(handle)
-            return document
+        text = read_text_file(path, TOML_MAX_BYTES)
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except UnreadableText as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    try:
+        document: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"{path}: not valid TOML ({parse_problem(exc, text)})") from None
+    return document
 
 
 def _threshold_path(ref: str, relative_to: Path | None) -> Path:
@@ -217,7 +226,9 @@ def _extends_chain(path: Path, first_raw: dict[str, Any] | None = None) -> list[
             return list(reversed(chain))
         if not isinstance(parent, str):
             raise ConfigError(f"{path}:extends: expected the name of a threshold set")
-        path = _threshold_path(parent, path)
+        referencing, path = path, _threshold_path(parent, path)
+        if not path.is_file():
+            raise ConfigError(f"{referencing}:extends: {parent!r} resolves to {path}, which is not a file")
         raw = read_toml(path)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pytest_nvlink.config import Suite, Threshold, Thresholds, path_matches
-from pytest_nvlink.model import ERROR_COUNTER_NAMES, Gpu, Node, NvLinkInfo, nvlink_count_of_path
+from pytest_nvlink.model import ERROR_COUNTER_NAMES, Gpu, Node, NvLinkInfo, is_known_path_class, nvlink_count_of_path
 from pytest_nvlink.verdict import (
     Verdict,
     failed,
@@ -27,6 +27,8 @@ class Context:
     node: Node
     suite: Suite
     thresholds: Thresholds
+    # Why --nvlink-suite=auto found no suite for this node; the inventory gate fails with it.
+    auto_mismatch: str | None = None
 
     def suite_where(self, key: str) -> str:
         return f"{self.suite.file.name}:{key}"
@@ -112,6 +114,9 @@ def _per_gpu(judge: Callable[[Context, Gpu], Verdict]) -> Callable[[Context, int
 def gpu_count(ctx: Context) -> Verdict:
     expected, found = ctx.suite.gpu_count, ctx.usable_gpus()
     props = measured_properties(found, str(expected), "GPUs")
+    if ctx.auto_mismatch is not None:
+        suite_props = [("suite_key", ctx.suite_where("suite.gpu_count")), ("suite_file", str(ctx.suite.file))]
+        return failed(ctx.auto_mismatch, props + suite_props)
     if ctx.no_inventory():
         return unknown("evidence", "the GPU inventory", "the evidence files list no GPUs", props)
     if ctx.node.probe_errors and found == 0:
@@ -205,6 +210,12 @@ def _links_message(ctx: Context, gpu: Gpu, active: int, expected: int, threshold
     head = f"GPU {gpu.index}: {active} of {expected} NVLinks active ({threshold.where()})"
     if expected == 0:
         return f"{head}; this SKU has no NVLink, so the GPU is not the model the suite describes"
+    if active > expected:
+        return (
+            f"GPU {gpu.index}: {active} NVLinks active, more than the {expected} this SKU has "
+            f"({threshold.where()}); a link cannot appear, so the suite or threshold set does not describe this "
+            f"{gpu.name or 'GPU'}: pick the matching suite (--nvlink-suite=auto) or correct the site file"
+        )
     inactive = [link.link for link in gpu.nvlinks or [] if link.active is False]
     if active == 0 and ctx.node.virtualization() in ("passthrough", "vgpu"):
         return (
@@ -470,6 +481,8 @@ def _path_message(ctx: Context, pair: tuple[int, int], actual: str, expected: st
     a, b = pair
     head = f"GPU {a} <-> GPU {b}: path is {actual}, expected {expected} ({ctx.suite_where(key)})"
     got_links, want_links = nvlink_count_of_path(actual), nvlink_count_of_path(expected)
+    if not is_known_path_class(actual):
+        return f"{head}: {actual!r} is not a path class nvidia-smi prints, so the source is damaged or mis-parsed"
     if expected.startswith("NV") and got_links is None:
         mode = ctx.node.virtualization()
         vm = f"this node is a {mode} VM guest, " if mode in ("passthrough", "vgpu") or ctx.node.hypervisor else ""
@@ -480,10 +493,25 @@ def _path_message(ctx: Context, pair: tuple[int, int], actual: str, expected: st
         )
     if want_links is not None and got_links is not None and got_links < want_links:
         return f"{head}: {want_links - got_links} NVLink(s) missing between them; likely cause: {_short_gpu(ctx, a, b)}"
-
+    if want_links is not None and got_links is not None:
+        return _more_links_message(ctx, head, got_links, want_links)
     if got_links is not None and not expected.startswith("NV"):
         return f"{head}: NVLink found where the suite expects PCIe, so the node is not the shape the suite describes"
     return f"{head}: the PCIe placement differs from the suite (different slots or a different board)"
+
+
+def _more_links_message(ctx: Context, head: str, got_links: int, want_links: int) -> str:
+    per_gpu = ctx.thresholds.get("nvlink.active_links")
+    if per_gpu is not None and got_links > int(per_gpu.value):
+        return (
+            f"{head}: more NVLinks than this SKU has per GPU ({per_gpu.where()} = {per_gpu.value}), so the suite "
+            "or threshold set does not describe this node, or the source is damaged; pick the matching suite "
+            "(--nvlink-suite=auto)"
+        )
+    return (
+        f"{head}: {got_links - want_links} NVLink(s) more than the suite expects between them, so the suite "
+        "does not describe this node (a different SKU or board); pick the matching suite (--nvlink-suite=auto)"
+    )
 
 
 def _short_gpu(ctx: Context, a: int, b: int) -> str:

@@ -17,7 +17,7 @@ from pytest_nvlink.config import ConfigError
 from pytest_nvlink.judges import Context
 from pytest_nvlink.model import Node, gpu_id, pair_id
 from pytest_nvlink.provider import MeasurementProvider
-from pytest_nvlink.run import Run, RunOptions, build_run
+from pytest_nvlink.run import Given, Run, build_run, not_collected, not_collected_note, read_options
 from pytest_nvlink.verdict import Outcome, Verdict
 
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
@@ -56,11 +56,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _setting(config: pytest.Config, name: str) -> str | None:
-    value = config.getoption(name, default=None)
-    if value is None:
-        value = config.getini(name)
-    return str(value) if value not in (None, "") else None
+def _given(config: pytest.Config, name: str) -> Given | None:
+    """Setting ``name`` ("pair-mode") from the command line, else the ini file; None when not given."""
+    dest = "nvlink_" + name.replace("-", "_")
+    value = config.getoption(dest, default=None)
+    if value is not None:
+        return Given(str(value), f"--nvlink-{name}")
+    value = config.getini(dest)
+    return None if value is None else Given(str(value), _ini_label(config, dest))
+
+
+def _ini_label(config: pytest.Config, key: str) -> str:
+    return f"{config.inipath.name}:{key}" if config.inipath else key
+
+
+def _evidence(config: pytest.Config) -> list[Given]:
+    given = config.getoption("nvlink_evidence")
+    if given:
+        return [Given(str(value), "--nvlink-evidence") for value in given]
+    return [Given(str(path), _ini_label(config, "nvlink_evidence")) for path in config.getini("nvlink_evidence")]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -90,29 +104,13 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "nvlink(area, gate=False): a pytest-nvlink acceptance check; gate=True keeps it when the node cannot be probed",
     )
-    suite = _setting(config, "nvlink_suite")
-    if suite is None:
-        return
-    evidence = [Path(p) for p in config.getoption("nvlink_evidence") or config.getini("nvlink_evidence")]
-    options = RunOptions(
-        suite=suite,
-        thresholds_file=_optional_path(config, "nvlink_thresholds"),
-        replay=_optional_path(config, "nvlink_replay"),
-        save=_optional_path(config, "nvlink_save"),
-        evidence=evidence,
-        evidence_missing=_setting(config, "nvlink_evidence_missing") or "fail",
-        pair_mode=_setting(config, "nvlink_pair_mode"),
-        backend=_setting(config, "nvlink_backend"),
-    )
     try:
-        config.stash[RUN_KEY] = build_run(options, _live_probe)
+        options = read_options(lambda name: _given(config, name), _evidence(config))
+        if options is not None:
+            config.stash[RUN_KEY] = build_run(options, _live_probe)
+            config.pluginmanager.register(_ShapeFilter(), "nvlink-shape-filter")
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
-
-
-def _optional_path(config: pytest.Config, name: str) -> Path | None:
-    value = _setting(config, name)
-    return Path(value).expanduser() if value else None
 
 
 def _live_probe() -> Node:
@@ -131,7 +129,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         return None
     from pytest_nvlink.report import header_lines
 
-    return header_lines(run)
+    note = not_collected_note(run.suite)
+    return header_lines(run) + ([f"nvlink: {note}"] if note else [])
 
 
 def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module | None:
@@ -157,17 +156,39 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         "nvlink_collective": (list(run.suite.measure.collectives), list(run.suite.measure.collectives)),
     }
     for name, (values, ids) in params.items():
-        if name in metafunc.fixturenames:
-            if not values:
-                raise pytest.UsageError(f"{run.suite.file}: suite {run.suite.name} yields no {name} to check")
+        # An empty set (one GPU: no pairs; no collectives listed) is left alone: makeitem drops the item.
+        if name in metafunc.fixturenames and values:
             metafunc.parametrize(name, values, ids=ids)
+
+
+class _ShapeFilter:
+    """Registered only for a run, so that the inert plugin adds no hook call per collected test."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_pycollect_makeitem(self, collector: pytest.Collector) -> Generator[None, Any, Any]:
+        result = yield
+        run = _run(collector.config)
+        if run is None or not isinstance(result, list):
+            return result
+        # A one-GPU suite has no pairs and an empty collective list has no collectives: those checks do not
+        # exist for this suite (the header says so), rather than appearing as skips or errors.
+        absent = not_collected(run.suite)
+        return [item for item in result if not _belongs_to(item, absent)]
+
+
+def _belongs_to(item: object, absent: dict[str, str]) -> bool:
+    if not isinstance(item, pytest.Function):
+        return False
+    marker = item.get_closest_marker("nvlink")
+    area = f"area:{marker.args[0]}" if marker is not None and marker.args else None
+    return any(name in absent for name in (*item.fixturenames, area))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     run = _run(config)
-    if run is None or not run.probe_failed():
+    if run is None or run.gate_only() is None:
         return
-    # Nothing was probed: the gate check says why in one line, instead of one failure per GPU and pair.
+    # Nothing was probed, or no suite fits: the gate check says why in one line, not one failure per GPU and pair.
     dropped = [item for item in items if _uses_node(item) and not _is_gate(item)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
@@ -307,19 +328,26 @@ def pytest_terminal_summary(
             terminalreporter.write_line(line)
     except Exception as exc:
         terminalreporter.write_line(f"pytest-nvlink: summary could not be rendered ({exc!r})")
+    # Last, right above the outcome counts, where a failed save cannot be missed.
+    saved = config.stash.get(SAVED_KEY, None)
+    if saved is not None:
+        terminalreporter.write_line(saved[1], green=saved[0], red=not saved[0])
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     run = _run(session.config)
     if run is None:
         return
-    if run.probe_failed() and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+    reason = run.gate_only()
+    if reason is not None and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         # "-k topology" on a node that could not be probed selects nothing; that must not read as "no tests".
-        problem = "; ".join(run.node.probe_errors)
-        session.config.get_terminal_writer().line(f"pytest-nvlink: node could not be probed: {problem}", red=True)
+        session.config.get_terminal_writer().line(f"pytest-nvlink: {reason}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if run.options.save is not None:
         _save(session, run.node, run.options.save)
+
+
+SAVED_KEY = pytest.StashKey[tuple[bool, str]]()
 
 
 def _save(session: pytest.Session, node: Node, path: Path) -> None:
@@ -328,5 +356,7 @@ def _save(session: pytest.Session, node: Node, path: Path) -> None:
     try:
         save_snapshot(node, path)
     except OSError as exc:
-        session.config.get_terminal_writer().line(f"pytest-nvlink: could not save snapshot: {exc}", red=True)
+        session.config.stash[SAVED_KEY] = (False, f"pytest-nvlink: could not save snapshot {path}: {exc}")
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+    else:
+        session.config.stash[SAVED_KEY] = (True, f"pytest-nvlink: snapshot saved to {path}")

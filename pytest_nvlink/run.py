@@ -36,6 +36,73 @@ class RunOptions:
     evidence_missing: str = "fail"  # "fail" | "skip"
     pair_mode: str | None = None  # overrides the suite's measure.pair_mode
     backend: str | None = None  # "nccl" | "gloo"; None picks from the hardware
+    # Where each setting came from, for messages: "--nvlink-replay" or "pytest.ini:nvlink_replay".
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def label(self, name: str) -> str:
+        """How the user spelled setting ``name`` ("replay", "pair-mode"): the option or the ini key."""
+        return self.labels.get(name, f"--nvlink-{name}")
+
+
+@dataclass(frozen=True)
+class Given:
+    """A setting as the user gave it, and how to name it: "--nvlink-replay" or "pytest.ini:nvlink_replay"."""
+
+    value: str
+    label: str
+
+
+_EXPECTED_VALUE = {
+    "suite": "a shipped suite name, a suite .toml or auto",
+    "thresholds": "a site threshold .toml",
+    "replay": "a snapshot .json or a shipped snapshot name",
+    "save": "a file to write the snapshot to",
+    "evidence": "a tool output file or a folder of them",
+    "evidence-missing": "fail or skip",
+    "pair-mode": "serial or concurrent",
+    "backend": "nccl or gloo",
+}
+
+
+def read_options(setting: Callable[[str], Given | None], evidence: list[Given]) -> RunOptions | None:
+    """RunOptions from the settings given (``setting("pair-mode")``); None when no suite is asked for.
+
+    A setting given empty (``--nvlink-replay=``) is an error: ignoring it would silently probe this
+    machine, or read the current folder as evidence.
+    """
+    labels: dict[str, str] = {}
+
+    def text(name: str) -> str | None:
+        given = setting(name)
+        if given is None:
+            return None
+        labels[name] = given.label
+        if not given.value.strip():
+            raise ConfigError(f"{given.label}: empty value; expected {_EXPECTED_VALUE[name]}")
+        return given.value.strip()
+
+    def path(name: str) -> Path | None:
+        value = text(name)
+        return None if value is None else Path(value).expanduser()
+
+    suite = text("suite")
+    if suite is None:
+        return None
+    for given in evidence:
+        labels["evidence"] = given.label
+        if not given.value.strip():
+            raise ConfigError(f"{given.label}: empty value; expected {_EXPECTED_VALUE['evidence']}")
+    return RunOptions(
+        suite=suite,
+        thresholds_file=path("thresholds"),
+        replay=path("replay"),
+        save=path("save"),
+        evidence=[Path(given.value.strip()).expanduser() for given in evidence],
+        evidence_missing=text("evidence-missing") or "fail",
+        pair_mode=text("pair-mode"),
+        backend=text("backend"),
+        labels=labels,
+    )
 
 
 @dataclass
@@ -45,42 +112,111 @@ class Run:
     suite: Suite
     thresholds: Thresholds
     auto_note: str | None = None
+    # Set when --nvlink-suite=auto found no suite for the node: the inventory gate fails with it.
+    auto_mismatch: str | None = None
 
     @property
     def context(self) -> Context:
-        return Context(self.node, self.suite, self.thresholds)
+        return Context(self.node, self.suite, self.thresholds, self.auto_mismatch)
 
     def probe_failed(self) -> bool:
         """True when the source gave no GPUs at all: only the inventory verdict is meaningful."""
         return not self.node.gpus and bool(self.node.probe_errors)
 
+    def gate_only(self) -> str | None:
+        """Why only the inventory gate runs (nothing probed, or no suite fits the node); None otherwise."""
+        if self.probe_failed():
+            return "node could not be probed: " + "; ".join(self.node.probe_errors)
+        return self.auto_mismatch
+
 
 def build_run(options: RunOptions, live_probe: Callable[[], Node]) -> Run:
     _check_exclusive(options)
+    _check_paths(options)
     # A named suite is validated before probing, so a typo costs no probe and names the known suites.
     named = None if options.suite == AUTO else load_suite(options.suite)
+    if named is not None:
+        _check_threshold_ref(named)
     node = _load_node(options, live_probe)
-    suite_ref, note = _choose_suite(options.suite, node)
-    suite = named or load_suite(suite_ref)
+    note, mismatch = None, None
+    suite = named
+    if suite is None:
+        suite, note, mismatch = choose_auto_suite(node)
     if options.pair_mode is not None:
         suite.measure.pair_mode = options.pair_mode
     thresholds = load_thresholds(_threshold_ref(suite), options.thresholds_file)
     _check_collectives_have_thresholds(suite, thresholds)
-    return Run(options, node, suite, thresholds, note)
+    return Run(options, node, suite, thresholds, note, mismatch)
+
+
+def not_collected(suite: Suite) -> dict[str, str]:
+    """Checks that do not exist for this suite's shape, keyed by fixture name or ``area:<marker area>``, with why."""
+    absent: dict[str, str] = {}
+    if suite.gpu_count < 2:
+        one_gpu = f"suite {suite.name} has 1 GPU ({suite.file.name}:suite.gpu_count)"
+        absent |= {"nvlink_pair": one_gpu, "nvlink_ordered_pair": one_gpu, "area:collectives": one_gpu}
+    elif not suite.measure.collectives:
+        absent["area:collectives"] = f"{suite.file.name}:measure.collectives is empty"
+    if "area:collectives" in absent:
+        absent["nvlink_collective"] = absent["area:collectives"]
+    return absent
+
+
+def not_collected_note(suite: Suite) -> str | None:
+    """One header line naming what :func:`not_collected` leaves out, or None."""
+    absent = not_collected(suite)
+    what = [
+        name
+        for key, name in (
+            ("nvlink_pair", "pair checks (paths, P2P status, P2P bandwidth)"),
+            ("area:collectives", "collective checks"),
+        )
+        if key in absent
+    ]
+    reasons = dict.fromkeys(absent[key] for key in ("nvlink_pair", "area:collectives") if key in absent)
+    return f"not collected: {' and '.join(what)}: {'; '.join(reasons)}" if what else None
 
 
 def _check_exclusive(options: RunOptions) -> None:
     if options.replay and options.evidence:
-        raise ConfigError("--nvlink-replay and --nvlink-evidence: choose one source, not both")
+        raise ConfigError(f"{options.label('replay')} and {options.label('evidence')}: choose one source, not both")
     choices = (
-        ("--nvlink-evidence-missing", options.evidence_missing, ("fail", "skip")),
-        ("--nvlink-pair-mode", options.pair_mode, (None, "serial", "concurrent")),
-        ("--nvlink-backend", options.backend, (None, "nccl", "gloo")),
+        ("evidence-missing", options.evidence_missing, ("fail", "skip")),
+        ("pair-mode", options.pair_mode, (None, "serial", "concurrent")),
+        ("backend", options.backend, (None, "nccl", "gloo")),
     )
-    for option, value, allowed in choices:
+    for name, value, allowed in choices:
         if value not in allowed:
             shown = " or ".join(str(a) for a in allowed if a is not None)
-            raise ConfigError(f"{option}: expected {shown}, got {value!r}")
+            raise ConfigError(f"{options.label(name)}: expected {shown}, got {value!r}")
+
+
+def _check_paths(options: RunOptions) -> None:
+    """Input paths that cannot be what they claim, and an unwritable --nvlink-save, before any probing."""
+    if options.thresholds_file is not None and not options.thresholds_file.is_file():
+        raise ConfigError(_thresholds_file_problem(options.label("thresholds"), options.thresholds_file))
+    for path in options.evidence:
+        if path.exists() and not (path.is_file() or path.is_dir()):
+            raise ConfigError(f"{options.label('evidence')}: {path} is not a regular file or folder (a device or pipe)")
+    if options.save is not None:
+        from pytest_nvlink.snapshot import SnapshotError, check_writable
+
+        try:
+            check_writable(options.save)
+        except SnapshotError as exc:
+            raise ConfigError(f"{options.label('save')}: {exc}") from None
+
+
+def _thresholds_file_problem(label: str, path: Path) -> str:
+    shipped = shipped_names("thresholds")
+    if path.exists():
+        return f"{label}: {path} is not a regular file; expected a site threshold .toml"
+    if str(path) in shipped:
+        return (
+            f"{label}: {path} is not a file; shipped threshold sets ({', '.join(shipped)}) are chosen by a "
+            "suite's suite.thresholds key — here give a site .toml laid over them (README: A site threshold file)"
+        )
+    return f"{label}: {path}: file not found (expected a site threshold .toml)"
 
 
 def _load_node(options: RunOptions, live_probe: Callable[[], Node]) -> Node:
@@ -88,49 +224,92 @@ def _load_node(options: RunOptions, live_probe: Callable[[], Node]) -> Node:
         from pytest_nvlink.snapshot import SnapshotError, load_snapshot
 
         try:
-            return load_snapshot(_snapshot_path(options.replay))
+            return load_snapshot(_snapshot_path(options.replay, options.label("replay")))
         except SnapshotError as exc:
-            raise ConfigError(f"--nvlink-replay: {exc}") from None
+            raise ConfigError(f"{options.label('replay')}: {exc}") from None
     if options.evidence:
         from pytest_nvlink.evidence import EvidenceError, load_evidence
 
         try:
             return load_evidence(options.evidence)
         except EvidenceError as exc:
-            raise ConfigError(f"--nvlink-evidence: {exc}") from None
+            raise ConfigError(f"{options.label('evidence')}: {exc}") from None
     return live_probe()
 
 
-def _snapshot_path(replay: Path) -> Path:
+def _snapshot_path(replay: Path, label: str) -> Path:
     """A path, or the name of a shipped example snapshot (``h100-8gpu-healthy``)."""
     if replay.exists() or replay.suffix or len(replay.parts) > 1:
         return replay
     shipped = data_dir("snapshots") / f"{replay}.json"
     if not shipped.is_file():
         known = ", ".join(shipped_names("snapshots", "*.json"))
-        raise ConfigError(f"--nvlink-replay: {replay} is neither a file nor a shipped snapshot ({known})")
+        raise ConfigError(f"{label}: {replay} is neither a file nor a shipped snapshot ({known})")
     return shipped
 
 
-def _choose_suite(ref: str, node: Node) -> tuple[str, str | None]:
-    if ref != AUTO:
-        return ref, None
+def choose_auto_suite(node: Node) -> tuple[Suite, str, str | None]:
+    """The shipped suite for the node, the header note, and why none fits (None when one does).
+
+    A node no suite fits is exactly the node that needs a report, so it is not a usage error: the
+    run goes on against the nearest suite, and the inventory gate fails with what was found.
+    """
     model = node.gpus[0].name if node.gpus else None
+    found = f"{len(node.gpus)} x {model}" if node.gpus else "no GPUs"
     picked = pick_suite_for(model, len(node.gpus))
-    if picked is None:
-        found = f"{len(node.gpus)} x {model}" if node.gpus else "no GPUs (" + "; ".join(node.probe_errors) + ")"
-        raise ConfigError(
-            f"--nvlink-suite=auto: no shipped suite matches {found}; known suites: {', '.join(shipped_names('suites'))}"
+    if picked is not None:
+        return load_suite(picked), f"auto-selected suite {picked} for {found}", None
+    suites = [load_suite(name) for name in shipped_names("suites")]
+    same_model = [suite for suite in suites if suite.model_matches(model)]
+    # The nearest GPU count, ties to the larger suite: a GPU lost or hidden is the common fault.
+    nearest = min(same_model or suites, key=lambda s: (abs(s.gpu_count - len(node.gpus)), -s.gpu_count))
+    note = (
+        f"suite auto-selection: no shipped suite matches {found}; only the inventory gate runs "
+        f"(judged against {nearest.name} for reference)"
+    )
+    return nearest, note, _mismatch_reason(node, found, nearest, bool(same_model))
+
+
+def _mismatch_reason(node: Node, found: str, nearest: Suite, model_known: bool) -> str:
+    count, expected = len(node.gpus), nearest.gpu_count
+    if not node.gpus:
+        problems = "; ".join(node.probe_errors) or "the source lists none"
+        return f"no GPUs found ({problems}), so no suite can be auto-selected"
+    if not model_known:
+        return (
+            f"{found}: no shipped suite accepts this GPU model (shipped suites: {', '.join(shipped_names('suites'))}); "
+            "write a suite file for this node (README: Suites and thresholds) and pass --nvlink-suite=PATH"
         )
-    return picked, f"auto-selected suite {picked} for {len(node.gpus)} x {model}"
+    if expected > count:
+        return (
+            f"{found}: no shipped suite has {count} GPUs; {nearest.name} expects {expected} — "
+            f"{expected - count} GPU(s) missing or hidden? (dmesg Xid 79, CUDA_VISIBLE_DEVICES, container "
+            "runtime or VM passthrough)"
+        )
+    return (
+        f"{found}: no shipped suite has {count} GPUs; {nearest.name} expects {expected} — write a suite file "
+        "for this shape and pass --nvlink-suite=PATH"
+    )
 
 
 def _threshold_ref(suite: Suite) -> str:
     ref = suite.thresholds_ref
     if ref.endswith(".toml") or "/" in ref:
-        path = Path(ref)
+        path = Path(ref).expanduser()
         return str(path if path.is_absolute() else suite.file.parent / path)
     return ref
+
+
+def _check_threshold_ref(suite: Suite) -> None:
+    """A suite's ``suite.thresholds`` that names no set or file: the suite's file and key are to blame."""
+    ref, where = _threshold_ref(suite), f"{suite.file}:suite.thresholds"
+    if ref != suite.thresholds_ref:
+        if not Path(ref).is_file():
+            raise ConfigError(f"{where}: {suite.thresholds_ref!r} resolves to {ref}, which is not a file")
+    elif ref not in shipped_names("thresholds"):
+        raise ConfigError(
+            f"{where}: unknown threshold set {ref!r}; shipped sets: {', '.join(shipped_names('thresholds'))}"
+        )
 
 
 def _check_collectives_have_thresholds(suite: Suite, thresholds: Thresholds) -> None:

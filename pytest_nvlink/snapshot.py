@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import tempfile
 import types
 import typing
 from datetime import datetime, timezone
@@ -17,9 +19,12 @@ from typing import Any, TypeVar, Union
 
 from pytest_nvlink import __version__
 from pytest_nvlink.model import Node
+from pytest_nvlink.textfile import MIB, UnreadableText, parse_problem, read_text_file
 
 SCHEMA_VERSION = 1
 SNAPSHOT_KIND = "pytest-nvlink-snapshot"
+# An 8-GPU snapshot with every measurement is ~200 KiB; a 72-GPU one stays well below this.
+SNAPSHOT_MAX_BYTES = 64 * MIB
 
 T = TypeVar("T")
 
@@ -42,20 +47,70 @@ def snapshot_document(node: Node) -> dict[str, Any]:
     }
 
 
+def check_writable(path: Path) -> None:
+    """Refuse a save target before the run starts, rather than losing the snapshot at its end.
+
+    The test is a real file created next to the target: permission bits say nothing to root, and
+    /proc or a read-only mount refuse only an actual write.
+    """
+    if path.is_dir():
+        raise SnapshotError(f"{path} is a folder; give a file name such as {path / 'node.json'}")
+    if path.exists() and not path.is_file():
+        raise SnapshotError(f"{path} is not a regular file (a device or pipe); the snapshot would be lost")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent  # save_snapshot creates the missing folders
+    if not folder.is_dir():
+        raise SnapshotError(f"cannot create {path}: {folder} is not a folder")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.", suffix=".probe"):
+            pass
+    except OSError as exc:
+        raise SnapshotError(f"cannot write {path}: {exc.strerror or exc} in {folder}") from None
+
+
+def _file_mode(path: Path) -> int:
+    """The mode a plain write would give: the old file's, else 0666 less the umask (mkstemp uses 0600)."""
+    if path.is_file():
+        return path.stat().st_mode & 0o777
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def save_snapshot(node: Node, path: Path) -> None:
+    """Write atomically: a run interrupted mid-write leaves the previous file, never half a snapshot."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(snapshot_document(node), indent=1, sort_keys=False)
-    path.write_text(text + "\n", encoding="utf-8")
+    text = json.dumps(snapshot_document(node), indent=1, sort_keys=False) + "\n"
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temporary, _file_mode(path))
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def load_snapshot(path: Path) -> Node:
     """Read a snapshot file; the node's ``source`` becomes ``"replay"``."""
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        text = read_text_file(path, SNAPSHOT_MAX_BYTES)
     except FileNotFoundError:
         raise SnapshotError(f"{path}: snapshot file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SnapshotError(f"{path}: not a readable JSON snapshot ({exc})") from None
+    except OSError as exc:
+        raise SnapshotError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except UnreadableText as exc:
+        raise SnapshotError(f"{path}: {exc}") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SnapshotError(f"{path}: line {exc.lineno}: not a readable JSON snapshot ({exc.msg})") from None
+    except (ValueError, RecursionError) as exc:
+        raise SnapshotError(f"{path}: not a readable JSON snapshot ({parse_problem(exc, text)})") from None
     node = node_from_document(document, str(path))
     node.source = "replay"
     return node
@@ -69,7 +124,43 @@ def node_from_document(document: object, origin: str) -> Node:
         raise SnapshotError(
             f"{origin}:schema_version: version {version!r} is not supported (this plugin reads {SCHEMA_VERSION})"
         )
-    return from_json(Node, document.get("node"), f"{origin}:node")
+    node = from_json(Node, document.get("node"), f"{origin}:node")
+    _check_unique_entries(node, f"{origin}:node")
+    return node
+
+
+def _check_unique_entries(node: Node, where: str) -> None:
+    """Two entries for one GPU, link or pair: lookups take the first, so a GPU could go missing unseen."""
+    _first_duplicate(where, "gpus", [(gpu.index,) for gpu in node.gpus], "GPU index", conflicting_only=False)
+    for i, gpu in enumerate(node.gpus):
+        links = [(link.link,) for link in gpu.nvlinks or []]
+        _first_duplicate(f"{where}.gpus[{i}]", "nvlinks", links, "link", conflicting_only=False)
+    paths = [(min(p.a, p.b), max(p.a, p.b), p.path) for p in node.paths or []]
+    _first_duplicate(where, "paths", paths, "pair")
+    statuses = [(s.src, s.dst, (s.read, s.write, s.nvlink, s.atomics)) for s in node.p2p or []]
+    _first_duplicate(where, "p2p", statuses, "ordered pair")
+
+
+def _first_duplicate(
+    where: str, name: str, entries: list[tuple[Any, ...]], what: str, *, conflicting_only: bool = True
+) -> None:
+    """Raise for the first key listed twice; with ``conflicting_only`` identical repeats are tolerated."""
+    key_length = len(entries[0]) - 1 if conflicting_only and entries else None
+    seen: dict[tuple[Any, ...], tuple[int, tuple[Any, ...]]] = {}
+    for i, entry in enumerate(entries):
+        key = entry[:key_length]
+        if key not in seen:
+            seen[key] = (i, entry)
+            continue
+        first, earlier = seen[key]
+        if conflicting_only and earlier == entry:
+            continue
+        shown = ", ".join(str(k) for k in key)
+        detail = f" ({earlier[-1]} vs {entry[-1]})" if conflicting_only else ""
+        raise SnapshotError(
+            f"{where}.{name}[{i}]: {what} {shown} is listed twice, also at {name}[{first}]{detail}; "
+            "a snapshot lists each once — the file was edited or merged by hand"
+        )
 
 
 def from_json(cls: type[T], data: object, where: str) -> T:

@@ -11,6 +11,7 @@ import re
 
 from pytest_nvlink.parsers import nccl_log, nccl_tests, nvbandwidth, nvlink, p2p_latency, topo
 from pytest_nvlink.parsers.common import ParseError
+from pytest_nvlink.textfile import parse_problem
 
 TOPO_MATRIX = "topo_matrix"
 TOPO_P2P = "topo_p2p"
@@ -113,6 +114,8 @@ def _load_json(text: str) -> object:
         raise ParseError(f"invalid JSON: {exc.msg}", exc.lineno) from None
     except RecursionError:
         raise ParseError("invalid JSON: nested too deeply", 0) from None
+    except ValueError as exc:  # an integer beyond Python's digit limit
+        raise ParseError(f"invalid JSON: {parse_problem(exc, text)}", 0) from None
 
 
 def _is_nccl_tests(text: str) -> bool:
