@@ -165,7 +165,23 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
     except (ValueError, RecursionError) as exc:
         raise ConfigError(f"{path}: not valid TOML ({parse_problem(exc, text)})") from None
+    _check_nesting(path, document)
     return document
+
+
+_MAX_TABLE_DEPTH = 8  # suite and threshold keys are at most three tables deep
+
+
+def _check_nesting(path: Path, document: dict[str, Any]) -> None:
+    """Refuse absurdly nested tables up front; the recursive readers below would overflow the stack."""
+    pending: list[tuple[list[str], object]] = [([], document)]
+    while pending:
+        keys, value = pending.pop()
+        if len(keys) > _MAX_TABLE_DEPTH:
+            shown = ".".join(keys[:4])
+            raise ConfigError(f"{path}:{shown}...: tables nested deeper than {_MAX_TABLE_DEPTH} levels")
+        if isinstance(value, dict):
+            pending.extend(([*keys, str(key)], item) for key, item in value.items())
 
 
 def _threshold_path(ref: str, relative_to: Path | None) -> Path:

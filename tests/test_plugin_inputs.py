@@ -296,3 +296,22 @@ def test_empty_collective_list_collects_no_collective_checks(pytester: pytest.Py
     assert result.ret == 0, result.stdout.str()
     result.assert_outcomes(passed=372 - 5 - 1)  # five collectives and the NCCL transport audit
     result.stdout.fnmatch_lines(["nvlink: not collected: collective checks: mine.toml:measure.collectives is empty"])
+
+
+def test_more_links_than_the_suite_expects_blames_the_suite(pytester: pytest.Pytester) -> None:
+    text = (Path(__file__).resolve().parents[1] / "suites" / "h100-8gpu.toml").read_text()
+    suite = pytester.makefile(".toml", nvl=text.replace('default = "NV18"', 'default = "NV12"'))
+    site = pytester.makefile(".toml", site="[nvlink]\nactive_links = 12\n")
+    result = pytester.runpytest(
+        f"--nvlink-suite={suite}", f"--nvlink-thresholds={site}", HEALTHY, "-k", "active_links or test_path"
+    )
+    result.assert_outcomes(failed=8 + 28)
+    result.stdout.fnmatch_lines(
+        [
+            "GPU 0: 18 NVLinks active, more than the 12 this SKU has (site.toml:nvlink.active_links); a link cannot "
+            "appear, so the suite or threshold set does not describe this NVIDIA H100 80GB HBM3*",
+            "GPU 0 <-> GPU 1: path is NV18, expected NV12 (nvl.toml:topology.default): more NVLinks than this SKU has "
+            "per GPU (site.toml:nvlink.active_links = 12), so the suite or threshold set does not describe this node*",
+        ]
+    )
+    assert "link down" not in result.stdout.str() and "PCIe placement" not in result.stdout.str()
