@@ -137,7 +137,10 @@ def _check_unique_entries(node: Node, where: str) -> None:
         _first_duplicate(f"{where}.gpus[{i}]", "nvlinks", links, "link", conflicting_only=False)
     paths = [(min(p.a, p.b), max(p.a, p.b), p.path) for p in node.paths or []]
     _first_duplicate(where, "paths", paths, "pair")
-    statuses = [(s.src, s.dst, (s.read, s.write, s.nvlink, s.atomics)) for s in node.p2p or []]
+    statuses = [
+        (s.src, s.dst, ", ".join(f"{cap}={s.get(cap)}" for cap in ("read", "write", "nvlink", "atomics")))
+        for s in node.p2p or []
+    ]
     _first_duplicate(where, "p2p", statuses, "ordered pair")
 
 

@@ -78,6 +78,7 @@ def test_suite_file_not_utf8(tmp_path: Path) -> None:
         (lambda text: text.replace('"host"', f'"n": {DEEP}, "host"', 1).encode(), "nested too deeply to read"),
         (lambda text: text.replace('"host"', '"hôst"', 1).encode("latin-1"), "line 8, column 5: byte 0xf4 is not"),
     ],
+    ids=["utf16", "huge-integer", "deep-nesting", "latin1"],
 )
 def test_snapshot_that_cannot_be_read(tmp_path: Path, make: Any, expected: str) -> None:
     path = tmp_path / "node.json"
@@ -159,4 +160,7 @@ def test_conflicting_duplicate_p2p_status_is_an_error(tmp_path: Path) -> None:
     entries = document["node"]["p2p"]
     entries.append({**entries[0], "read": "disabled_by_regkey"})
     message = _error(tmp_path, document)
-    assert f"node.p2p[{len(entries) - 1}]: ordered pair 0, 1 is listed twice, also at p2p[0]" in message
+    assert (
+        f"node.p2p[{len(entries) - 1}]: ordered pair 0, 1 is listed twice, also at p2p[0] (read=ok, write=ok, "
+        "nvlink=ok, atomics=ok vs read=disabled_by_regkey, write=ok, nvlink=ok, atomics=ok)"
+    ) in message
