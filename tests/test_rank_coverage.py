@@ -16,7 +16,7 @@ from pytest_nvlink import judges_bandwidth, live
 from pytest_nvlink.config import load_suite, load_thresholds
 from pytest_nvlink.judges import Context
 from pytest_nvlink.measure.collectives import CollectiveRun
-from pytest_nvlink.model import CollectiveMeasurement, Gpu, Node
+from pytest_nvlink.model import CollectiveMeasurement, Gpu, Measurements, Node
 from pytest_nvlink.snapshot import load_snapshot, save_snapshot
 from pytest_nvlink.verdict import Outcome
 
@@ -186,3 +186,61 @@ def test_live_collectives_record_the_gpus_of_their_ranks(
     verdict = judges_bandwidth.collective(ctx, "all_reduce", results)
     assert verdict.outcome is Outcome.FAIL
     assert "7 of 8 GPUs took part" in verdict.message
+
+
+LIVE_SUITE = """
+[suite]
+description = "three H100 on one NVSwitch, for the lost-GPU ring test"
+thresholds = "tiny.toml"
+gpu_count = 3
+gpu_models = ["H100"]
+nvswitch = true
+[topology]
+default = "NV18"
+[measure]
+collective_iterations = 2
+collective_warmup = 1
+timeout_s = 120
+collectives = ["all_reduce"]
+"""
+# gloo on CPU says nothing about NVLink: a tiny size and floor exercise the harness, not the node.
+TINY = 'extends = "h100-sxm"\n[collectives.all_reduce]\nsize_mib = 1\nbusbw_min_gbps = 0.0001\n'
+FAKE_WITH_LOST_GPU = """
+import sys
+from pathlib import Path
+from fake_pynvml import make_fake_pynvml
+from pytest_nvlink.snapshot import load_snapshot
+sys.modules["pynvml"] = make_fake_pynvml(load_snapshot(Path({path!r})), lost_gpus=[2])
+"""
+
+
+def test_live_ring_without_a_lost_gpu_fails_the_busbw(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = _healthy()
+    node.gpus = node.gpus[:3]
+    node.paths = [p for p in node.paths or [] if p.b < 3]
+    node.p2p = [s for s in node.p2p or [] if s.src < 3 and s.dst < 3]
+    node.measurements = Measurements()
+    save_snapshot(dataclasses.replace(node, source="live"), pytester.path / "node.json")
+    pytester.makefile(".toml", suite=LIVE_SUITE, tiny=TINY)
+    pytester.makepyfile(fake_nvml_plugin=FAKE_WITH_LOST_GPU.format(path=str(pytester.path / "node.json")))
+    monkeypatch.setenv("PYTHONPATH", f"{pytester.path}:{SNAPSHOTS.parent / 'tests'}")
+    result = pytester.runpytest_subprocess(
+        f"--nvlink-suite={pytester.path / 'suite.toml'}",
+        "--nvlink-backend=gloo",
+        "-k",
+        "collective_busbw",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "fake_nvml_plugin",
+        timeout=300,
+    )
+    result.assert_outcomes(failed=1, deselected=result.parseoutcomes()["deselected"])
+    result.stdout.fnmatch_lines(
+        [
+            "*all_reduce: busbw * GB/s was measured over 2 rank(s), but the suite expects all 3 GPUs"
+            "*2 of 3 GPUs took part*"
+        ]
+    )
