@@ -302,7 +302,7 @@ def _audit_gap(ctx: Context, audit: NcclAudit) -> str | None:
     return (
         f"NCCL transport audit incomplete: the log covers {len(ranks)} rank(s) ({_gpu_list(sorted(ranks))}) "
         f"on GPU(s) {_gpu_list(sorted(seen))}, "
-        f"but the suite expects GPU(s) {_gpu_list(sorted(expected))} on NVLink ({ctx.suite.file.name}); "
+        f"but the suite expects GPU(s) {_gpu_list(sorted(expected))} on NVLink ({ctx.suite.file.name}:topology); "
         f"no channel of GPU(s) {_gpu_list(missing)} was seen, so their "
         "transport is unknown; likely cause: the log is from a run over fewer GPUs (nccl-tests -g/-n, "
         f"CUDA_VISIBLE_DEVICES) or a GPU was lost — capture NCCL_DEBUG=INFO from a run over all {count} GPUs"

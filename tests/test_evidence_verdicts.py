@@ -72,8 +72,8 @@ def test_two_rank_nccl_log_does_not_pass_the_8_gpu_transport_audit(pytester: pyt
     result.stdout.fnmatch_lines(
         [
             "*NCCL transport audit incomplete: the log covers 2 rank(s) (0, 1) on GPU(s) 0, 2, but the suite "
-            "expects GPU(s) 0, 1, 2, 3, 4, 5, 6, 7 on NVLink (h100-8gpu.toml); no channel of GPU(s) 1, 3, 4, 5, 6, "
-            "7 was seen*"
+            "expects GPU(s) 0, 1, 2, 3, 4, 5, 6, 7 on NVLink (h100-8gpu.toml:topology); "
+            "no channel of GPU(s) 1, 3, 4, 5, 6, 7 was seen*"
         ]
     )
 
