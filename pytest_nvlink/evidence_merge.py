@@ -255,6 +255,7 @@ class Merger:
                     correct=correct,
                     backend="nccl",
                     source=f"nccl-tests: {file}",
+                    rank_gpus=_rank_gpus(result),
                 )
             )
         self._note("collectives", file)
@@ -399,3 +400,14 @@ def _bus_or_none(value: object) -> str | None:
         return normalize_pci_bus_id(value)
     except ValueError:
         return None  # a device type word ("Switch") rather than a bus id
+
+
+def _rank_gpus(result: NcclTestsResult) -> list[int] | None:
+    """The device of each rank from '# Using devices' lines of a one-host run, when every rank is listed.
+
+    Devices are CUDA numbers, taken as nvidia-smi's order like every CUDA-numbered evidence file.
+    """
+    ranks = sorted(result.devices, key=lambda d: d.rank)
+    if len(result.hosts) != 1 or [d.rank for d in ranks] != list(range(result.nranks or 0)):
+        return None
+    return [d.device for d in ranks]

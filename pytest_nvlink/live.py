@@ -64,13 +64,23 @@ def measure_collectives(
     """One process group per session, every collective of the suite at its threshold size."""
     usable = _usable(node, suite)
     gloo = backend == "gloo"
+    # A lost GPU or one CUDA_VISIBLE_DEVICES hides is left out here; the judge sees it in rank_gpus.
+    ranked = [i for i in usable if i in cuda_of]
     session = MeasurementSession(
         suite.measure,
         backend=backend,
-        gpus=None if gloo else [cuda_of[i] for i in usable if i in cuda_of],
+        gpus=None if gloo else [cuda_of[i] for i in ranked],
         world_size=len(usable) if gloo else None,
         collective_sizes=sizes_from_thresholds(thresholds, suite.measure.collectives),
         progress=progress,
     )
     run = session.collective_run()
-    return list(run.measurements), run.nccl
+    # Rank r runs on the r-th device handed over; gloo ranks run on the CPU, so only their count is known.
+    on = None if gloo else ranked
+    return [_with_rank_gpus(m, on) for m in run.measurements], run.nccl
+
+
+def _with_rank_gpus(m: CollectiveMeasurement, on: list[int] | None) -> CollectiveMeasurement:
+    if on is None or m.world_size != len(on):
+        return m
+    return dataclasses.replace(m, rank_gpus=list(on))

@@ -164,6 +164,8 @@ class CollectiveMeasurement:
     nvls_available: bool | None = None
     error: str | None = None
     source: str | None = None
+    # NVML index of the GPU each rank ran on, in rank order, where the source says so (None: it does not).
+    rank_gpus: list[int] | None = None
 
 
 @dataclass

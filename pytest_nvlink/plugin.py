@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from itertools import combinations, permutations
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -20,8 +20,13 @@ from pytest_nvlink.provider import MeasurementProvider
 from pytest_nvlink.run import Given, Run, build_run, not_collected, not_collected_note, read_options
 from pytest_nvlink.verdict import Outcome, Verdict
 
+if TYPE_CHECKING:
+    from pytest_nvlink.audit import AuditTally
+
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 RUN_KEY = pytest.StashKey[Run]()
+JUDGED_KEY = pytest.StashKey[bool]()  # on an item: nvlink_judge was called
+TALLY_KEY = pytest.StashKey["AuditTally"]()
 
 _OPTIONS: tuple[tuple[str, str], ...] = (
     ("suite", "suite to accept against: a shipped name, a path to a suite .toml, or 'auto'"),
@@ -111,6 +116,7 @@ def pytest_configure(config: pytest.Config) -> None:
             config.pluginmanager.register(_ShapeFilter(), "nvlink-shape-filter")
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
+    _start_tally(config)
 
 
 def _live_probe() -> Node:
@@ -283,6 +289,7 @@ def nvlink_judge(request: pytest.FixtureRequest, nvlink_run: Run) -> Callable[[V
     """Apply a Verdict: record its properties for JUnit, then pass, fail, or skip when it does not apply."""
 
     def judge(verdict: Verdict) -> None:
+        request.node.stash[JUDGED_KEY] = True
         _record(request.node, nvlink_run, verdict)
         if verdict.outcome is Outcome.NOT_APPLICABLE:
             pytest.skip(f"does not apply: {verdict.message}")
@@ -299,6 +306,43 @@ def _record(item: pytest.Item, run: Run, verdict: Verdict) -> None:
     item.user_properties.append(("source", run.node.source))
     item.user_properties.append(("outcome", verdict.outcome.value))
     item.user_properties.extend(verdict.properties)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    report = yield
+    # A check that never hands its verdict over would pass every node: fail it instead.
+    if (
+        report.when == "call"
+        and report.passed
+        and _run(item.config) is not None
+        and item.get_closest_marker("nvlink") is not None
+        and not item.stash.get(JUDGED_KEY, False)
+    ):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.name} is marked nvlink but never called nvlink_judge(verdict), so it judged nothing and "
+            "cannot pass; hand the check's Verdict to the nvlink_judge fixture"
+        )
+    return report
+
+
+class _AuditRecorder:
+    """Feeds every test report to the run's tally (on an xdist controller too, where worker reports arrive)."""
+
+    def __init__(self, tally: AuditTally) -> None:
+        self.tally = tally
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.tally.add(report)
+
+
+def _start_tally(config: pytest.Config) -> None:
+    from pytest_nvlink.audit import AuditTally
+
+    tally = AuditTally()
+    config.stash[TALLY_KEY] = tally
+    config.pluginmanager.register(_AuditRecorder(tally), "nvlink-audit-tally")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -324,7 +368,7 @@ def pytest_terminal_summary(
         from pytest_nvlink.report import summary_lines
 
         terminalreporter.section("pytest-nvlink summary")
-        for line in summary_lines(run, terminalreporter.stats):
+        for line in summary_lines(run, terminalreporter.stats, config.stash.get(TALLY_KEY, None)):
             terminalreporter.write_line(line)
     except Exception as exc:
         terminalreporter.write_line(f"pytest-nvlink: summary could not be rendered ({exc!r})")
@@ -343,11 +387,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         # "-k topology" on a node that could not be probed selects nothing; that must not read as "no tests".
         session.config.get_terminal_writer().line(f"pytest-nvlink: {reason}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    _refuse_empty_audit(session)
     if run.options.save is not None:
         _save(session, run.node, run.options.save)
 
 
 SAVED_KEY = pytest.StashKey[tuple[bool, str]]()
+
+
+def _refuse_empty_audit(session: pytest.Session) -> None:
+    """A run whose nvlink checks all went unjudged (no evidence, nothing applies) must not exit 0."""
+    tally = session.config.stash.get(TALLY_KEY, None)
+    if tally is None or hasattr(session.config, "workerinput"):  # an xdist worker: the controller decides
+        return
+    # The terminal summary says why (report.audit_lines).
+    if tally.judged_nothing() and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _save(session: pytest.Session, node: Node, path: Path) -> None:

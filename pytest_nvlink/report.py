@@ -13,6 +13,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from pytest_nvlink.audit import AuditTally, no_verdict_line
 from pytest_nvlink.config import path_matches
 from pytest_nvlink.model import Node
 from pytest_nvlink.run import Run
@@ -44,6 +45,10 @@ def header_lines(run: Run) -> list[str]:
     if inherited:
         lines.append("nvlink inherited NCCL settings: " + " ".join(inherited))
     lines += [f"nvlink probe problem: {problem}" for problem in node.probe_errors]
+    if node.source == "evidence":
+        from pytest_nvlink.audit import evidence_header_line
+
+        lines.append(f"nvlink {evidence_header_line(node)}")
     return lines
 
 
@@ -182,7 +187,7 @@ def measurement_lines(run: Run) -> list[str]:
     return lines
 
 
-def summary_lines(run: Run, stats: Mapping[str, Sequence[Any]]) -> list[str]:
+def summary_lines(run: Run, stats: Mapping[str, Sequence[Any]], tally: AuditTally | None = None) -> list[str]:
     lines: list[str] = []
     if run.node.gpus:
         lines.append("topology (nvidia-smi topo -m layout; 'A!B' = measured A where the suite expects B):")
@@ -192,7 +197,17 @@ def summary_lines(run: Run, stats: Mapping[str, Sequence[Any]]) -> list[str]:
     lines += check_table(stats).splitlines()
     if run.node.source == "evidence":
         lines += ["", *evidence_coverage(run.node).splitlines()]
-    return lines
+    return [*lines, "", *audit_lines(stats, tally)]
+
+
+def audit_lines(stats: Mapping[str, Sequence[Any]], tally: AuditTally | None) -> list[str]:
+    """The partial-audit counts (from the run's tally, else from the reports the terminal collected)."""
+    if tally is None:
+        tally = AuditTally()
+        for reports in stats.values():
+            for report in reports:
+                tally.add(report)
+    return [tally.line(), no_verdict_line(tally)] if tally.judged_nothing() else [tally.line()]
 
 
 # Which check functions each evidence family feeds, for the coverage table.

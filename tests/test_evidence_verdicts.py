@@ -28,8 +28,9 @@ SAMPLES = [
         {"test_p2p_unidirectional": 56, "test_p2p_bidirectional": 56, "test_p2p_latency": 56, "test_p2p_status": 56},
     ),
     ("a100-8gpu", "nvbandwidth/nvbandwidth-readme-example-8gpu-old-format.txt", {"test_p2p_unidirectional": 56}),
-    ("h100-8gpu", "nccl-debug/h20-nvlink-two-pods-p2p-cumem-nccl1781.txt", {"test_nccl_transport": 1}),
 ]
+# A 2-rank NCCL log (GPUs 0 and 2 of an 8-GPU node): all P2P, but it says nothing about the other 6 GPUs.
+TWO_RANK_LOG = "nccl-debug/h20-nvlink-two-pods-p2p-cumem-nccl1781.txt"
 
 
 def _passed_per_check(result: pytest.RunResult) -> dict[str, int]:
@@ -57,6 +58,24 @@ def test_sample_judged_as_a_person_would(
     # Nothing the sample does not cover may pass: those are skips with "no evidence for".
     assert set(passed) <= set(expected) | {"test_gpu_count", "test_gpu_model", "test_driver"}
     result.stdout.fnmatch_lines(["*evidence *checks *files*"])
+
+
+def test_two_rank_nccl_log_does_not_pass_the_8_gpu_transport_audit(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(
+        "--nvlink-suite=h100-8gpu",
+        f"--nvlink-evidence={EVIDENCE / TWO_RANK_LOG}",
+        "--nvlink-evidence-missing=skip",
+        "-k",
+        "test_nccl_transport",
+    )
+    result.assert_outcomes(failed=1, deselected=result.parseoutcomes()["deselected"])
+    result.stdout.fnmatch_lines(
+        [
+            "*NCCL transport audit incomplete: the log covers 2 rank(s) (0, 1) on GPU(s) 0, 2, but the suite "
+            "expects GPU(s) 0, 1, 2, 3, 4, 5, 6, 7 on NVLink (h100-8gpu.toml:topology); "
+            "no channel of GPU(s) 1, 3, 4, 5, 6, 7 was seen*"
+        ]
+    )
 
 
 def test_missing_evidence_fails_by_default(pytester: pytest.Pytester) -> None:

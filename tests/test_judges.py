@@ -146,13 +146,20 @@ def test_nccl_transport_names_shm_channels_and_env() -> None:
     assert verdict.outcome is Outcome.FAIL
     assert "rank 2[GPU 2] -> rank 6[GPU 6] via SHM/direct/direct" in verdict.message
     assert "NCCL_P2P_DISABLE=1" in verdict.message
-    assert judges_bandwidth.nccl_transport(ctx, NcclAudit(channels=audit.channels[:1], nvls_available=True)).ok
+    ring = [TransportChannel(0, r, r, (r + 1) % 8, (r + 1) % 8, "P2P", "P2P/CUMEM") for r in range(8)]
+    assert judges_bandwidth.nccl_transport(ctx, NcclAudit(channels=ring, nvls_available=True)).ok
+    # One P2P channel between GPUs 0 and 1 says nothing about the other six GPUs of the suite.
+    partial = judges_bandwidth.nccl_transport(ctx, NcclAudit(channels=audit.channels[:1], nvls_available=True))
+    assert partial.outcome is Outcome.FAIL
+    assert "covers 2 rank(s) (0, 1) on GPU(s) 0, 1" in partial.message
+    assert "no channel of GPU(s) 2, 3, 4, 5, 6, 7 was seen" in partial.message
     assert judges_bandwidth.nccl_transport(ctx, None).outcome is Outcome.FAIL
 
 
 def test_shm_between_pcie_pairs_is_expected_on_bridge_suites() -> None:
     ctx = context(suite="h100-nvl-4gpu")
-    audit = NcclAudit(channels=[TransportChannel(0, 0, 0, 2, 2, "SHM", "SHM/direct/direct")])
+    nvlink_pairs = [TransportChannel(0, a, a, b, b, "P2P", "P2P/CUMEM") for a, b in ((0, 1), (1, 0), (2, 3), (3, 2))]
+    audit = NcclAudit(channels=[*nvlink_pairs, TransportChannel(0, 0, 0, 2, 2, "SHM", "SHM/direct/direct")])
     assert judges_bandwidth.nccl_transport(ctx, audit).ok
 
 

@@ -204,9 +204,9 @@ def test_rank_logs_are_read_and_audited(tmp_path: Path) -> None:
     assert audit.env["NCCL_P2P_LEVEL"] == "NVL"
     assert audit.last_warn is not None and "socket closed by peer" in audit.last_warn
     assert audit.source is not None and audit.source.startswith("NCCL_DEBUG_FILE (2 rank logs)")
-    if "not parsed" not in audit.source:  # parsers.nccl_log is present
-        assert len(audit.channels) == 2
-        assert audit.nvls_available is False
+    assert "not parsed" not in audit.source
+    assert len(audit.channels) == 2
+    assert audit.nvls_available is False
 
 
 def test_audit_without_logs() -> None:

@@ -204,6 +204,7 @@ def _collective(op: str, size_mib: int, busbw: float, world: int = 8, nvls: bool
         busbw,
         correct=True,
         backend="nccl",
+        rank_gpus=list(range(world)),
         nvls_available=nvls,
         source="torch.distributed",
     )
