@@ -22,6 +22,7 @@ from pytest_nvlink.config import (
 )
 from pytest_nvlink.judges import Context
 from pytest_nvlink.model import Node
+from pytest_nvlink.required_keys import check_required_keys
 
 AUTO = "auto"
 
@@ -65,7 +66,7 @@ def build_run(options: RunOptions, live_probe: Callable[[], Node]) -> Run:
     if options.pair_mode is not None:
         suite.measure.pair_mode = options.pair_mode
     thresholds = load_thresholds(_threshold_ref(suite), options.thresholds_file)
-    _check_collectives_have_thresholds(suite, thresholds)
+    check_required_keys(suite, thresholds)
     return Run(options, node, suite, thresholds, note)
 
 
@@ -131,12 +132,3 @@ def _threshold_ref(suite: Suite) -> str:
         path = Path(ref)
         return str(path if path.is_absolute() else suite.file.parent / path)
     return ref
-
-
-def _check_collectives_have_thresholds(suite: Suite, thresholds: Thresholds) -> None:
-    missing = [op for op in suite.measure.collectives if op not in thresholds.collectives()]
-    if missing:
-        raise ConfigError(
-            f"{suite.file}:measure.collectives: {', '.join(missing)} listed but threshold set "
-            f"{thresholds.name} has no collectives.<op>.busbw_min_gbps for it"
-        )
