@@ -298,8 +298,10 @@ def test_run_increase_is_judged_through_the_plugin(pytester: pytest.Pytester) ->
     for gpu in node.gpus:
         for link in gpu.nvlinks or []:
             link.errors_run = dict.fromkeys(link.errors or {}, 0)
-    (node.gpus[6].nvlinks or [])[2].errors_run = {**dict.fromkeys(("replay", "crc_flit", "crc_data", "ecc_data"), 0)}
-    (node.gpus[6].nvlinks or [])[2].errors_run["recovery"] = 2  # type: ignore[index]
+    (node.gpus[6].nvlinks or [])[2].errors_run = {
+        **dict.fromkeys(("replay", "crc_flit", "crc_data", "ecc_data"), 0),
+        "recovery": 2,
+    }
     save_snapshot(node, pytester.path / "node.json")
     result, cases = _junit(
         pytester, "--nvlink-suite=h100-8gpu", f"--nvlink-replay={pytester.path / 'node.json'}", "-k", "nvlink_errors"
