@@ -140,6 +140,12 @@ def _cause(first: Finding, tally: _Tally) -> str:
             "measurements): reload the driver or reboot to clear them and rerun; if they return, a marginal link "
             "(cable, connector or NVSwitch port)"
         )
+    if first.scope == "total" and grew is None:
+        return (
+            "a marginal link (cable, connector or NVSwitch port); the total counts from driver load and no increase "
+            "during a run was recorded, so rerun with the measurements (or watch `nvidia-smi nvlink -e` under load) "
+            "to see whether it still grows, then plan a reseat/RMA"
+        )
     return (
         "a marginal link (cable, connector or NVSwitch port): watch `nvidia-smi nvlink -e` under load and plan a "
         "reseat/RMA"
