@@ -328,3 +328,42 @@ def test_nvlink_e_without_a_counter_is_no_evidence(pytester: pytest.Pytester) ->
         ["*no evidence for the NVLink error counters of GPU 0: not read: ecc_data (total) on all 12 links"]
     )
     assert "replay (total)" not in result.stdout.str()  # replay, recovery and CRC were read
+
+
+def _relabelled(pytester: pytest.Pytester, names: list[str]) -> Path:
+    node = load_snapshot(SNAPSHOTS / "h100-8gpu-healthy.json")
+    for gpu, name in zip(node.gpus, names, strict=True):
+        gpu.name = name
+    save_snapshot(node, pytester.path / "node.json")
+    return pytester.path / "node.json"
+
+
+def test_auto_does_not_take_a_gb200_for_a_b200(pytester: pytest.Pytester) -> None:
+    node = _relabelled(pytester, ["NVIDIA GB200"] * 8)
+    result = pytester.runpytest("--nvlink-suite=auto", f"--nvlink-replay={node}", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: --nvlink-suite=auto: no shipped suite matches 8 x NVIDIA GB200; known suites:*"]
+    )
+
+
+def test_gpu_model_matches_exactly_through_the_plugin(pytester: pytest.Pytester) -> None:
+    node = _relabelled(pytester, ["NVIDIA H200"] + ["NVIDIA H200 NVL"] + ["nvidia  h200"] * 6)
+    result = pytester.runpytest(
+        "--nvlink-suite=h200-8gpu", f"--nvlink-replay={node}", "-k", "gpu_model", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=7, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*GPU 1 is a 'NVIDIA H200 NVL', not one of the models suite h200-8gpu accepts (H200, h200-8gpu.toml*"]
+    )
+
+
+def test_gb200_pcie_is_waived_with_its_reason_not_a_gen1_x1_pass(pytester: pytest.Pytester) -> None:
+    result, cases = _junit(
+        pytester, "--nvlink-suite=gb200-4gpu", "--nvlink-replay=h100-8gpu-healthy", "-k", "pcie_link"
+    )
+    result.assert_outcomes(skipped=4)
+    result.stdout.fnmatch_lines(
+        ["SKIPPED * does not apply: waived by gb200.toml:waive.pcie.generation_min: GB200 GPUs attach to Grace*"]
+    )
+    assert _properties(cases["test_pcie_link[gpu0]"])["waived_key"] == "pcie.generation_min"
