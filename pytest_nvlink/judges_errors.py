@@ -68,8 +68,12 @@ def judge_error_counters(thresholds: Thresholds, node: Node, gpu: Gpu, base: lis
         )
     if tally.unread:
         return unknown(node.source, what, f"not read: {'; '.join(tally.unread)}", props)
+    if not tally.findings:
+        reason = "every limit that applies is waived" + ("" if run else " and no increase during a run was recorded")
+        return unknown(node.source, what, f"nothing was judged: {reason}", props)
     judged = "the increase during this run and the lifetime totals" if run else _totals_only(node)
-    return passed(f"GPU {gpu.index}: NVLink error counters within limits (judged: {judged})", props)
+    waived = f"; waived: {', '.join(tally.waived_keys)}" if tally.waived_keys else ""
+    return passed(f"GPU {gpu.index}: NVLink error counters within limits (judged: {judged}{waived})", props)
 
 
 def _totals_only(node: Node) -> str:

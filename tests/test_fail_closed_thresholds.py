@@ -126,6 +126,18 @@ def test_totals_only_says_what_was_judged() -> None:
     assert ("errors_total_replay", "0") in verdict.properties
 
 
+def test_nothing_judged_is_not_a_pass() -> None:
+    ctx = context()
+    for counter in ("replay", "recovery", "ecc_data"):
+        key = f"nvlink_errors.{counter}_total_max"
+        del ctx.thresholds.values[key]
+        ctx.thresholds.waivers[key] = Waiver(key, "we judge the run increase only", Path("site.toml"))
+    verdict = judges.nvlink_errors(ctx, 0)  # a snapshot without run figures: only totals, all waived
+    assert verdict.outcome is Outcome.FAIL
+    assert "nothing was judged: every limit that applies is waived and no increase during a run" in verdict.message
+    assert judges.nvlink_errors(_with_run(ctx, 0, 60.0), 0).ok
+
+
 def _with_run(ctx: Context, gpu: int, window: float | None, **increase: int) -> Context:
     ctx = copy.deepcopy(ctx)
     ctx.node.error_window_s = window
