@@ -4,6 +4,7 @@ unread error counters are unknown, and run increases are judged apart from lifet
 from __future__ import annotations
 
 import copy
+import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -379,3 +380,19 @@ def test_gb200_pcie_is_waived_with_its_reason_not_a_gen1_x1_pass(pytester: pytes
         ["SKIPPED * does not apply: waived by gb200.toml:waive.pcie.generation_min: GB200 GPUs attach to Grace*"]
     )
     assert _properties(cases["test_pcie_link[gpu0]"])["waived_key"] == "pcie.generation_min"
+
+
+def test_live_probe_with_only_crc_data_answering_fails(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fake_pynvml import make_fake_pynvml
+
+    node = load_snapshot(SNAPSHOTS / "h100-8gpu-healthy.json")
+    for link in node.gpus[4].nvlinks or []:
+        link.errors = {"crc_data": 0}  # the other counters raise NVMLError_NotSupported in the fake
+    monkeypatch.setitem(sys.modules, "pynvml", make_fake_pynvml(node))
+    result = pytester.runpytest("--nvlink-suite=h100-8gpu", "-k", "nvlink_errors", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=7, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*could not determine the NVLink error counters of GPU 4: not read: replay (total) on all 18 links*"]
+    )
