@@ -396,3 +396,21 @@ def test_live_probe_with_only_crc_data_answering_fails(
     result.stdout.fnmatch_lines(
         ["*could not determine the NVLink error counters of GPU 4: not read: replay (total) on all 18 links*"]
     )
+
+
+def test_nvlink_e_with_replay_na_is_no_evidence_not_a_pass(pytester: pytest.Pytester) -> None:
+    counters = ("Replay Errors: N/A", "Recovery Errors: 0", "CRC Flit Errors: 0", "CRC Data Errors: 0")
+    lines = [f"\t Link {n}: {c}" for n in range(12) for c in (*counters, "ECC Data Errors: 0")]
+    capture = pytester.makefile(".txt", errors="GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1)\n" + "\n".join(lines) + "\n")
+    result = pytester.runpytest(
+        "--nvlink-suite=a100-8gpu",
+        f"--nvlink-evidence={capture}",
+        "-k",
+        "nvlink_errors and gpu0",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*no evidence for the NVLink error counters of GPU 0: not read: replay (total) on all 12 links"]
+    )
