@@ -6,13 +6,14 @@ Errors are :class:`ConfigError` carrying ``file:key`` so that the plugin can tur
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_nvlink.model import PCIE_PATH_CLASSES, nvlink_count_of_path
+from pytest_nvlink.model import ERROR_COUNTER_NAMES, PCIE_PATH_CLASSES, nvlink_count_of_path
 from pytest_nvlink.textfile import MIB, UnreadableText, parse_problem, read_text_file
 
 if sys.version_info >= (3, 11):
@@ -61,17 +62,19 @@ def _int_range(low: int, high: int) -> Check:
     return check
 
 
-def _positive_number(value: Any) -> str | None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return f"expected a number, got {type(value).__name__}"
-    return None if value > 0 else f"{value} must be greater than 0"
+def _number(low: float, high: float, *, low_allowed: bool = False) -> Check:
+    """A finite number in a plausible range: inf, NaN or 1e400 would silently disable a check."""
 
+    def check(value: Any) -> str | None:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return f"expected a number, got {type(value).__name__}"
+        if not math.isfinite(value):
+            return f"{value} is not a finite number"
+        if value < low or (value == low and not low_allowed):
+            return f"{value} must be {'at least' if low_allowed else 'greater than'} {low:g}"
+        return None if value <= high else f"{value} must be at most {high:g}"
 
-def _fraction(value: Any) -> str | None:
-    problem = _positive_number(value)
-    if problem is None and value > 1:
-        return f"{value} must be at most 1"
-    return problem
+    return check
 
 
 def _boolean(value: Any) -> str | None:
@@ -83,30 +86,71 @@ def _text(value: Any) -> str | None:
 
 
 _COUNT = _int_range(0, 1 << 62)
+# Upper bounds are generous sanity limits (NVLink5 moves 900 GB/s per direction; DCGM's pcie plugin
+# defaults max_latency to 100000 us): a figure beyond them is a typo or an attempt to switch a check off.
+_GBPS = _number(0, 10_000)
+_LINK_GBPS = _number(0, 1_000)
+_LATENCY_US = _number(0, 100_000)
+_FRACTION = _number(0, 1)
+_RATE_PER_S = _number(0, 1e9, low_allowed=True)
+
+# The increase of each NVLink error counter during a run is limited either as a count per run or,
+# where the vendor states a rate (CRC, DCGM health watch), per second of the measurement window.
+RUN_LIMIT_KIND: dict[str, str] = {
+    "replay": "run_max",
+    "recovery": "run_max",
+    "crc_flit": "per_s_max",
+    "crc_data": "per_s_max",
+    "ecc_data": "run_max",
+}
+
+
+def error_total_key(counter: str) -> str:
+    """Limit on the lifetime total (since the driver loaded) of one NVLink error counter, summed over links."""
+    return f"nvlink_errors.{counter}_total_max"
+
+
+def error_run_key(counter: str) -> str:
+    """Limit on the increase of one NVLink error counter during this run's measurement campaign."""
+    return f"nvlink_errors.{counter}_{RUN_LIMIT_KIND[counter]}"
+
 
 THRESHOLD_SCHEMA: dict[str, Check] = {
     "sku.name": _text,
     "nvlink.version": _int_range(1, 7),
     "nvlink.active_links": _int_range(0, 36),
-    "nvlink.link_speed_min_gbps": _positive_number,
-    "nvlink_errors.replay_max": _COUNT,
-    "nvlink_errors.recovery_max": _COUNT,
-    "nvlink_errors.crc_flit_max": _COUNT,
-    "nvlink_errors.crc_data_max": _COUNT,
-    "nvlink_errors.ecc_data_max": _COUNT,
+    "nvlink.link_speed_min_gbps": _LINK_GBPS,
     "pcie.generation_min": _int_range(1, 6),
     "pcie.width_min": _int_range(1, 16),
     "fabric.required": _boolean,
-    "p2p.unidirectional_min_gbps": _positive_number,
-    "p2p.bidirectional_min_gbps": _positive_number,
-    "p2p.latency_max_us": _positive_number,
-    "p2p.nvlink_counter_fraction_min": _fraction,
-    "p2p.counters_waived": _boolean,
+    "p2p.unidirectional_min_gbps": _GBPS,
+    "p2p.bidirectional_min_gbps": _GBPS,
+    "p2p.latency_max_us": _LATENCY_US,
+    "p2p.nvlink_counter_fraction_min": _FRACTION,
 }
+for _counter in ERROR_COUNTER_NAMES:
+    THRESHOLD_SCHEMA[error_total_key(_counter)] = _COUNT
+    THRESHOLD_SCHEMA[error_run_key(_counter)] = _RATE_PER_S if RUN_LIMIT_KIND[_counter] == "per_s_max" else _COUNT
 for _op in COLLECTIVE_OPS:
     THRESHOLD_SCHEMA[f"collectives.{_op}.size_mib"] = _int_range(1, 1 << 20)
-    THRESHOLD_SCHEMA[f"collectives.{_op}.busbw_min_gbps"] = _positive_number
+    THRESHOLD_SCHEMA[f"collectives.{_op}.busbw_min_gbps"] = _GBPS
     THRESHOLD_SCHEMA[f"collectives.{_op}.assumes_nvls"] = _boolean
+
+# Keys of earlier versions: a site file still using one stops the run and says what replaced it.
+RENAMED_KEYS: dict[str, str] = {
+    **{
+        f"nvlink_errors.{c}_max": (
+            f"renamed: lifetime totals and the increase during a run are judged separately; use "
+            f"{error_total_key(c)} (total since the driver loaded) and {error_run_key(c)} (increase during "
+            "the run)"
+        )
+        for c in ERROR_COUNTER_NAMES
+    },
+    "p2p.counters_waived": (
+        'replaced by a waiver with a reason: [waive] "p2p.nvlink_counter_fraction_min" = "why the traffic '
+        'counters cannot prove the path here"'
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -121,11 +165,24 @@ class Threshold:
         return f"{self.file.name}:{self.key}"
 
 
+@dataclass(frozen=True)
+class Waiver:
+    """A threshold key declared not to apply, with the reason and the file that says so."""
+
+    key: str
+    reason: str
+    file: Path
+
+    def where(self) -> str:
+        return f"{self.file.name}:waive.{self.key}"
+
+
 @dataclass
 class Thresholds:
     name: str
     files: list[Path]
     values: dict[str, Threshold] = field(default_factory=dict)
+    waivers: dict[str, Waiver] = field(default_factory=dict)
 
     def get(self, key: str) -> Threshold | None:
         return self.values.get(key)
@@ -133,6 +190,14 @@ class Thresholds:
     def value(self, key: str, default: Any = None) -> Any:
         found = self.values.get(key)
         return default if found is None else found.value
+
+    def waiver(self, key: str) -> Waiver | None:
+        """The waiver that makes ``key`` not apply, if the resolved files declare one."""
+        return self.waivers.get(key)
+
+    def describe(self) -> str:
+        """The set's name and its files, root first, as error messages name them."""
+        return f"{self.name} ({' -> '.join(p.name for p in self.files)})"
 
     def collectives(self) -> list[str]:
         return [op for op in COLLECTIVE_OPS if f"collectives.{op}.busbw_min_gbps" in self.values]
@@ -196,35 +261,93 @@ def _threshold_path(ref: str, relative_to: Path | None) -> Path:
     return path
 
 
-def _validate_threshold_file(path: Path, raw: dict[str, Any]) -> dict[str, Threshold]:
+WAIVE_TABLE = "waive"
+
+
+def _validate_threshold_file(path: Path, raw: dict[str, Any]) -> tuple[dict[str, Threshold], dict[str, Waiver]]:
     values: dict[str, Threshold] = {}
-    for key, value in _flatten(raw):
+    for key, value in _flatten({k: v for k, v in raw.items() if k != WAIVE_TABLE}):
         if key in ("schema", "extends"):
             continue
-        check = THRESHOLD_SCHEMA.get(key)
-        if check is None:
-            raise ConfigError(f"{path}:{key}: unknown key")
-        problem = check(value)
-        if problem:
-            raise ConfigError(f"{path}:{key}: {problem}")
-        values[key] = Threshold(key, value, path)
+        values[key] = Threshold(key, _checked_value(path, key, value), path)
+    waivers = _waivers(path, raw.get(WAIVE_TABLE, {}))
+    both = sorted(set(values) & set(waivers))
+    if both:
+        raise ConfigError(f"{path}:waive.{both[0]}: the same file both sets and waives this key; keep one")
     if raw.get("schema", 1) != 1:
         raise ConfigError(f"{path}:schema: version {raw.get('schema')!r} is not supported (expected 1)")
-    return values
+    return values, waivers
+
+
+def _checked_value(path: Path, key: str, value: Any) -> Any:
+    if key in RENAMED_KEYS:
+        raise ConfigError(f"{path}:{key}: {RENAMED_KEYS[key]}")
+    check = THRESHOLD_SCHEMA.get(key)
+    if check is None:
+        raise ConfigError(f"{path}:{key}: unknown key")
+    problem = check(value)
+    if problem:
+        raise ConfigError(f"{path}:{key}: {problem}")
+    return value
+
+
+def _waivers(path: Path, table: Any) -> dict[str, Waiver]:
+    """``[waive]`` entries: ``"dotted.key" = "reason"``; the reason is what the skip message shows."""
+    if not isinstance(table, dict):
+        raise ConfigError(f'{path}:{WAIVE_TABLE}: expected a table of "dotted.key" = "reason"')
+    waivers: dict[str, Waiver] = {}
+    for key, reason in _flatten(table):
+        where = f"{path}:{WAIVE_TABLE}.{key}"
+        if key not in THRESHOLD_SCHEMA:
+            hint = RENAMED_KEYS.get(key, "unknown key")
+            raise ConfigError(f"{where}: {hint}")
+        if not isinstance(reason, str) or not reason.strip():
+            raise ConfigError(f"{where}: a waiver needs a non-empty reason string (why the check does not apply)")
+        waivers[key] = Waiver(key, reason.strip(), path)
+    return waivers
 
 
 def load_thresholds(ref: str, site_file: Path | None = None) -> Thresholds:
-    """Resolve a threshold set through its ``extends`` chain, then lay a site file over it."""
+    """Resolve a threshold set through its ``extends`` chain, then lay a site file over it.
+
+    A later file overrides an earlier one key by key: a value replaces an inherited waiver and a
+    waiver unsets an inherited value.
+    """
     chain = _extends_chain(_threshold_path(ref, None))
     if site_file is not None:
-        site_raw = read_toml(site_file)
-        site_chain = _extends_chain(site_file, first_raw=site_raw) if "extends" in site_raw else [site_file]
-        chain += [p for p in site_chain if p not in chain]
+        chain += _site_chain(site_file, chain)
     result = Thresholds(name=ref, files=chain)
     for path in chain:
-        result.values.update(_validate_threshold_file(path, read_toml(path)))
+        values, waivers = _validate_threshold_file(path, read_toml(path))
+        for key in values:
+            result.waivers.pop(key, None)
+        for key in waivers:
+            result.values.pop(key, None)
+        result.values.update(values)
+        result.waivers.update(waivers)
     _check_consistency(result)
     return result
+
+
+def _site_chain(site_file: Path, suite_chain: list[Path]) -> list[Path]:
+    """The site file and its own ancestors, laid over the suite's set.
+
+    A site file adjusts the suite's set; it cannot swap in another SKU's set. An ``extends`` that
+    reaches a shipped set outside the suite's chain would silently mix two SKUs' figures, so it is
+    refused: pick the suite of that SKU (or a suite file naming that set) instead.
+    """
+    site_raw = read_toml(site_file)
+    site_chain = _extends_chain(site_file, first_raw=site_raw) if "extends" in site_raw else [site_file]
+    shipped = data_dir("thresholds").resolve()
+    for path in site_chain:
+        if path not in suite_chain and path.resolve().parent == shipped:
+            base = " -> ".join(p.name for p in suite_chain)
+            raise ConfigError(
+                f"{site_file}:extends: reaches the shipped set {path.stem!r}, which is not part of the suite's "
+                f"threshold set ({base}); a site file is laid over the suite's set, so drop `extends` (or extend "
+                "a set in that chain), or choose the suite for the other SKU"
+            )
+    return [p for p in site_chain if p not in suite_chain]
 
 
 def _extends_chain(path: Path, first_raw: dict[str, Any] | None = None) -> list[Path]:
@@ -311,7 +434,20 @@ class Suite:
         return any(self.pair_expects_nvlink(a, b) for a, b in every)
 
     def model_matches(self, name: str | None) -> bool:
-        return name is not None and any(m.lower() in name.lower() for m in self.gpu_models)
+        """Exact match on the normalized name: a substring test would take a GB200 for a B200."""
+        return name is not None and normalize_model_name(name) in {normalize_model_name(m) for m in self.gpu_models}
+
+
+def normalize_model_name(name: str) -> str:
+    """The comparable form of a model name: ``NVIDIA H100 80GB HBM3`` -> ``h100 80gb hbm3``.
+
+    NVML and nvidia-smi print ``NVIDIA <model>`` (older drivers print the bare model), so a suite lists
+    the model as NVML names it and both spellings match; nothing else is loosened.
+    """
+    words = name.split()
+    if words and words[0].casefold() == "nvidia":
+        words = words[1:]
+    return " ".join(words).casefold()
 
 
 def path_matches(expected: str, actual: str) -> bool:

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pytest_nvlink.config import Suite, Threshold, Thresholds, path_matches
-from pytest_nvlink.model import ERROR_COUNTER_NAMES, Gpu, Node, NvLinkInfo, is_known_path_class, nvlink_count_of_path
+from pytest_nvlink.judges_errors import judge_error_counters
+from pytest_nvlink.model import Gpu, Node, NvLinkInfo, is_known_path_class, nvlink_count_of_path
 from pytest_nvlink.verdict import (
     Verdict,
     failed,
@@ -19,6 +20,7 @@ from pytest_nvlink.verdict import (
     not_applicable,
     passed,
     unknown,
+    waived,
 )
 
 
@@ -50,6 +52,23 @@ class Context:
                 f"suite {self.suite.name} expects a PCIe path between GPU {src} and GPU {dst}; {what}"
             )
         return None
+
+    def missing_threshold(self, *keys: str) -> Verdict:
+        """A key the check needs is absent: a waiver makes the check not apply, anything else fails it.
+
+        Loading the suite already refuses missing required keys; this guards custom contexts.
+        """
+        waivers = [self.thresholds.waiver(key) for key in keys]
+        if all(waivers):
+            first = waivers[0]
+            assert first is not None
+            return waived(first)
+        key = keys[waivers.index(None)]
+        return failed(
+            f"threshold set {self.thresholds.describe()} neither sets nor waives {key}, so this check cannot be "
+            f'judged; set it with a `# Source:` comment, or waive it with a reason: [waive] "{key}" = "why"',
+            [("threshold_key", key)],
+        )
 
     def usable_gpus(self) -> int:
         return sum(1 for gpu in self.node.gpus if gpu.problem is None)
@@ -190,7 +209,7 @@ def nvlink_active_links(ctx: Context, gpu: Gpu) -> Verdict:
     index = gpu.index
     threshold = _nvlink_threshold(ctx, "active_links")
     if threshold is None:
-        return not_applicable(f"{ctx.thresholds.name} sets no nvlink.active_links")
+        return ctx.missing_threshold("nvlink.active_links")
     expected = int(threshold.value)
     active = gpu.active_link_count()
     props = measured_properties(active, str(expected), "links", threshold) + gpu_properties(gpu)
@@ -281,16 +300,23 @@ def _no_active_links(ctx: Context, gpu: Gpu, what: str) -> Verdict | None:
 def _active_links(ctx: Context, gpu: Gpu, key: str, what: str) -> tuple[Threshold, list[NvLinkInfo]] | Verdict:
     """The threshold and active links a per-link check needs, or the verdict that ends it early."""
     threshold = _nvlink_threshold(ctx, key)
-    if threshold is None or not _expects_links(ctx):
-        return not_applicable(f"{ctx.thresholds.name} sets no nvlink.{key}")
+    no_nvlink = _no_nvlink_expected(ctx)
+    if no_nvlink is not None:
+        return no_nvlink
+    if threshold is None:
+        return ctx.missing_threshold(f"nvlink.{key}")
     dead = _no_active_links(ctx, gpu, what)
     if dead:
         return dead
     return threshold, [link for link in gpu.nvlinks or [] if link.active]
 
 
-def _expects_links(ctx: Context) -> bool:
-    return int(ctx.thresholds.value("nvlink.active_links", 0)) > 0
+def _no_nvlink_expected(ctx: Context) -> Verdict | None:
+    """Per-link checks do not apply only where the threshold file states the SKU has no NVLink."""
+    links = ctx.thresholds.get("nvlink.active_links")
+    if links is not None and links.value == 0:
+        return not_applicable(f"the SKU has no NVLink ({links.where()} = 0)")
+    return None
 
 
 @_per_gpu
@@ -332,52 +358,13 @@ def nvlink_speed(ctx: Context, gpu: Gpu) -> Verdict:
 
 @_per_gpu
 def nvlink_errors(ctx: Context, gpu: Gpu) -> Verdict:
-    index = gpu.index
-    limits = {name: ctx.thresholds.get(f"nvlink_errors.{name}_max") for name in ERROR_COUNTER_NAMES}
-    if not _expects_links(ctx) or all(v is None for v in limits.values()):
-        return not_applicable(f"{ctx.thresholds.name} expects no NVLink error counters")
+    no_nvlink = _no_nvlink_expected(ctx)
+    if no_nvlink is not None:
+        return no_nvlink
     dead = _no_active_links(ctx, gpu, "NVLink error counters")
     if dead:
         return dead
-    totals = _error_totals(gpu)
-    props = gpu_properties(gpu) + [(f"errors_{k}", str(v)) for k, v in sorted(totals.items())]
-    if not totals:
-        return unknown(
-            ctx.node.source,
-            f"the NVLink error counters of GPU {index}",
-            ctx.node.unknown_reason(f"gpu{index}.nvlink", "no counter reported"),
-            props,
-        )
-    over = [
-        (name, totals[name], limit)
-        for name, limit in limits.items()
-        if limit is not None and name in totals and totals[name] > limit.value
-    ]
-    if over:
-        name, value, limit = over[0]
-        worst = _worst_link(gpu, name)
-        return failed(
-            f"GPU {index}: NVLink {name} errors {value} (worst on link {worst}) exceed {limit.value} "
-            f"({limit.where()}); likely cause: a marginal link (cable, connector or NVSwitch port): watch "
-            "`nvidia-smi nvlink -e` under load and plan a reseat/RMA",
-            props + measured_properties(value, f"<= {limit.value}", "errors", limit),
-        )
-    return passed(f"GPU {index}: NVLink error counters within limits", props)
-
-
-def _error_totals(gpu: Gpu) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for link in gpu.nvlinks or []:
-        for name, value in (link.errors or {}).items():
-            totals[name] = totals.get(name, 0) + value
-    return totals
-
-
-def _worst_link(gpu: Gpu, counter: str) -> int | None:
-    counted = [(link.errors or {}).get(counter, 0) for link in gpu.nvlinks or []]
-    if not counted:
-        return None
-    return (gpu.nvlinks or [])[counted.index(max(counted))].link
+    return judge_error_counters(ctx.thresholds, ctx.node, gpu, gpu_properties(gpu))
 
 
 # --- fabric and PCIe --------------------------------------------------------------------------
@@ -387,8 +374,12 @@ def _worst_link(gpu: Gpu, counter: str) -> int | None:
 def fabric(ctx: Context, gpu: Gpu) -> Verdict:
     index = gpu.index
     threshold = ctx.thresholds.get("fabric.required")
-    if threshold is None or threshold.value is not True:
-        return not_applicable(f"{ctx.thresholds.name} does not require an NVSwitch fabric (fabric.required)")
+    if threshold is None and not ctx.suite.nvswitch:
+        return not_applicable(f"suite {ctx.suite.name} has no NVSwitch ({ctx.suite_where('suite.nvswitch')} = false)")
+    if threshold is None:
+        return ctx.missing_threshold("fabric.required")
+    if threshold.value is not True:
+        return not_applicable(f"the SKU does not register with an NVSwitch fabric ({threshold.where()} = false)")
     info = gpu.fabric
     props = measured_properties(
         info.state if info else None, "completed/success", "fabric state", threshold
@@ -423,8 +414,9 @@ def fabric(ctx: Context, gpu: Gpu) -> Verdict:
 def pcie_link(ctx: Context, gpu: Gpu) -> Verdict:
     index = gpu.index
     gen_t, width_t = ctx.thresholds.get("pcie.generation_min"), ctx.thresholds.get("pcie.width_min")
-    if gen_t is None and width_t is None:
-        return not_applicable(f"{ctx.thresholds.name} sets no PCIe minimum")
+    unset = [key for key in ("pcie.generation_min", "pcie.width_min") if ctx.thresholds.get(key) is None]
+    if len(unset) == 2 or any(ctx.thresholds.waiver(key) is None for key in unset):
+        return ctx.missing_threshold(*unset)
     # The current generation drops while idle (NVML facts §2.8), so the trained maximum is judged.
     measured = f"Gen{gpu.pcie_gen_max} x{gpu.pcie_width_max}"
     expected = f"Gen{gen_t.value if gen_t else '?'} x{width_t.value if width_t else '?'}"

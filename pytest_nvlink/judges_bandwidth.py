@@ -34,7 +34,7 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
     if guard:
         return guard
     if threshold is None:
-        return not_applicable(f"threshold set {ctx.thresholds.name} sets no {key}")
+        return ctx.missing_threshold(key)
     value = m.value if m is not None else None
     bound = f"{'>=' if comparison == 'min' else '<='} {threshold.value}"
     props = measured_properties(value, bound, unit, threshold) + _pair_props(ctx, src, dst, m)
@@ -87,12 +87,9 @@ def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Ve
     guard = ctx.nvlink_pair_guard(src, dst, "no NVLink path to prove")
     if guard:
         return guard
-    waived = ctx.thresholds.get("p2p.counters_waived")
-    if waived is not None and waived.value is True:
-        return not_applicable(f"traffic-counter proof waived by {waived.where()}")
     threshold = ctx.thresholds.get("p2p.nvlink_counter_fraction_min")
     if threshold is None:
-        return not_applicable(f"threshold set {ctx.thresholds.name} sets no p2p.nvlink_counter_fraction_min")
+        return ctx.missing_threshold("p2p.nvlink_counter_fraction_min")
     copied = m.bytes_copied if m else None
     nvlink, pcie = (m.nvlink_bytes, m.pcie_bytes) if m else (None, None)
     fraction = nvlink / copied if nvlink is not None and copied else None
@@ -109,8 +106,8 @@ def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Ve
             ctx.node.source,
             f"which path GPU {src} -> GPU {dst} used",
             (note or "no traffic counters recorded")
-            + "; set p2p.counters_waived = true in a site threshold file to accept bandwidth "
-            "alone",
+            + "; to accept bandwidth alone, waive the proof with a reason in a site threshold file: [waive] "
+            '"p2p.nvlink_counter_fraction_min" = "why the counters cannot be read here"',
             props,
         )
     if fraction >= threshold.value:
@@ -143,7 +140,7 @@ def pick_collective(op: str, size_mib: int, results: list[CollectiveMeasurement]
 def collective(ctx: Context, op: str, results: list[CollectiveMeasurement]) -> Verdict:
     threshold = ctx.thresholds.get(f"collectives.{op}.busbw_min_gbps")
     if threshold is None:
-        return not_applicable(f"threshold set {ctx.thresholds.name} sets no collectives.{op}.busbw_min_gbps")
+        return ctx.missing_threshold(f"collectives.{op}.busbw_min_gbps")
     size_mib = int(ctx.thresholds.value(f"collectives.{op}.size_mib", 1024))
     # Only a figure over all the suite's GPUs counts; another is shown only to say why it does not.
     covering = [r for r in results if rank_gap(ctx, r) is None]

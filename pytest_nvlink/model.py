@@ -62,6 +62,7 @@ class NvLinkInfo:
     remote_type: str | None = None  # "gpu" | "switch" | "ibmnpu" | "unknown"
     remote_pci_bus_id: str | None = None
     errors: dict[str, int] | None = None  # keys from ERROR_COUNTER_NAMES
+    errors_run: dict[str, int] | None = None
 
 
 @dataclass
@@ -223,6 +224,7 @@ class Node:
     # Where each family of facts came from (file names for evidence), keyed like "paths".
     provenance: dict[str, str] = field(default_factory=dict)
     measurements: Measurements = field(default_factory=Measurements)
+    error_window_s: float | None = None
 
     def gpu(self, index: int) -> Gpu | None:
         return next((gpu for gpu in self.gpus if gpu.index == index), None)

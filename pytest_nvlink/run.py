@@ -22,6 +22,7 @@ from pytest_nvlink.config import (
 )
 from pytest_nvlink.judges import Context
 from pytest_nvlink.model import Node
+from pytest_nvlink.required_keys import check_required_keys
 
 AUTO = "auto"
 
@@ -145,7 +146,7 @@ def build_run(options: RunOptions, live_probe: Callable[[], Node]) -> Run:
     if options.pair_mode is not None:
         suite.measure.pair_mode = options.pair_mode
     thresholds = load_thresholds(_threshold_ref(suite), options.thresholds_file)
-    _check_collectives_have_thresholds(suite, thresholds)
+    check_required_keys(suite, thresholds)
     return Run(options, node, suite, thresholds, note, mismatch)
 
 
@@ -309,13 +310,4 @@ def _check_threshold_ref(suite: Suite) -> None:
     elif ref not in shipped_names("thresholds"):
         raise ConfigError(
             f"{where}: unknown threshold set {ref!r}; shipped sets: {', '.join(shipped_names('thresholds'))}"
-        )
-
-
-def _check_collectives_have_thresholds(suite: Suite, thresholds: Thresholds) -> None:
-    missing = [op for op in suite.measure.collectives if op not in thresholds.collectives()]
-    if missing:
-        raise ConfigError(
-            f"{suite.file}:measure.collectives: {', '.join(missing)} listed but threshold set "
-            f"{thresholds.name} has no collectives.<op>.busbw_min_gbps for it"
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from pytest_nvlink.config import Threshold
+from pytest_nvlink.config import Threshold, Waiver
 
 
 class Outcome(Enum):
@@ -60,6 +60,15 @@ def failed(message: str, props: list[tuple[str, str]]) -> Verdict:
 
 def not_applicable(message: str) -> Verdict:
     return Verdict(Outcome.NOT_APPLICABLE, message)
+
+
+def waived(waiver: Waiver) -> Verdict:
+    """Not applicable because a threshold or site file waives the key the check needs, with its reason."""
+    return Verdict(
+        Outcome.NOT_APPLICABLE,
+        f"waived by {waiver.where()}: {waiver.reason}",
+        [("waived_key", waiver.key), ("waiver_file", str(waiver.file)), ("waiver_reason", waiver.reason)],
+    )
 
 
 def unknown(source: str, what: str, reason: str, props: list[tuple[str, str]]) -> Verdict:

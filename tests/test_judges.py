@@ -100,12 +100,16 @@ def test_path_proof_without_counters_fails_unless_waived() -> None:
     )
     verdict = judges_bandwidth.path_proof(ctx, 0, 1, missing)
     assert verdict.outcome is Outcome.FAIL and "RmProfilingAdminOnly" in verdict.message
-    assert "p2p.counters_waived" in verdict.message
+    assert '[waive] "p2p.nvlink_counter_fraction_min"' in verdict.message
     waived = copy.deepcopy(ctx)
-    from pytest_nvlink.config import Threshold
+    from pytest_nvlink.config import Waiver
 
-    waived.thresholds.values["p2p.counters_waived"] = Threshold("p2p.counters_waived", True, ctx.suite.file)
-    assert judges_bandwidth.path_proof(waived, 0, 1, missing).outcome is Outcome.NOT_APPLICABLE
+    key = "p2p.nvlink_counter_fraction_min"
+    del waived.thresholds.values[key]
+    waived.thresholds.waivers[key] = Waiver(key, "counters are admin-only here", ctx.suite.file)
+    verdict = judges_bandwidth.path_proof(waived, 0, 1, missing)
+    assert verdict.outcome is Outcome.NOT_APPLICABLE
+    assert verdict.message == f"waived by h100-8gpu.toml:waive.{key}: counters are admin-only here"
 
 
 def coll(op: str, size_mib: int, busbw: float, **extra: object) -> CollectiveMeasurement:

@@ -15,7 +15,7 @@ SUITE = """
 description = "two H100 on one NVSwitch, for the harness test"
 thresholds = "tiny.toml"
 gpu_count = 2
-gpu_models = ["H100"]
+gpu_models = ["H100 80GB HBM3"]
 nvswitch = true
 [topology]
 default = "NV18"
