@@ -354,10 +354,11 @@ def _relabelled(pytester: pytest.Pytester, names: list[str]) -> Path:
 def test_auto_does_not_take_a_gb200_for_a_b200(pytester: pytest.Pytester) -> None:
     node = _relabelled(pytester, ["NVIDIA GB200"] * 8)
     result = pytester.runpytest("--nvlink-suite=auto", f"--nvlink-replay={node}", "-p", "no:cacheprovider")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
-        ["ERROR: --nvlink-suite=auto: no shipped suite matches 8 x NVIDIA GB200; known suites:*"]
-    )
+    # No suite fits, so only the inventory gate runs and fails (b200-8gpu must not be taken).
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*8 x NVIDIA GB200: no shipped suite has 8 GPUs; gb200-4gpu expects 4*"])
+    result.stdout.no_fnmatch_line("*auto-selected suite b200-8gpu*")
 
 
 def test_gpu_model_matches_exactly_through_the_plugin(pytester: pytest.Pytester) -> None:
