@@ -73,6 +73,13 @@ def _fraction(value: Any) -> str | None:
     return problem
 
 
+def _ratio_at_least_one(value: Any) -> str | None:
+    problem = _positive_number(value)
+    if problem is None and value < 1:
+        return f"{value} must be at least 1 (a copy moves at least its own bytes)"
+    return problem
+
+
 def _boolean(value: Any) -> str | None:
     return None if isinstance(value, bool) else f"expected true or false, got {type(value).__name__}"
 
@@ -100,6 +107,7 @@ THRESHOLD_SCHEMA: dict[str, Check] = {
     "p2p.bidirectional_min_gbps": _positive_number,
     "p2p.latency_max_us": _positive_number,
     "p2p.nvlink_counter_fraction_min": _fraction,
+    "p2p.nvlink_counter_fraction_max": _ratio_at_least_one,
     "p2p.counters_waived": _boolean,
 }
 for _op in COLLECTIVE_OPS:

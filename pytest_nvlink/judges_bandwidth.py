@@ -93,16 +93,26 @@ def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Ve
     threshold = ctx.thresholds.get("p2p.nvlink_counter_fraction_min")
     if threshold is None:
         return not_applicable(f"threshold set {ctx.thresholds.name} sets no p2p.nvlink_counter_fraction_min")
+    ceiling = ctx.thresholds.get("p2p.nvlink_counter_fraction_max")
     copied = m.bytes_copied if m else None
     nvlink, pcie = (m.nvlink_bytes, m.pcie_bytes) if m else (None, None)
     fraction = nvlink / copied if nvlink is not None and copied else None
-    props = measured_properties(fraction, f">= {threshold.value}", "fraction of bytes on NVLink", threshold)
+    bound = f">= {threshold.value}" + (f", <= {ceiling.value}" if ceiling else "")
+    props = measured_properties(fraction, bound, "fraction of bytes on NVLink", threshold)
     props += [
         *_pair_props(ctx, src, dst, m),
         ("bytes_copied", str(copied)),
         ("nvlink_bytes", str(nvlink)),
         ("pcie_bytes", str(pcie)),
     ]
+    if ceiling is None:
+        return failed(
+            f"GPU {src} -> GPU {dst}: the counter proof has no upper bound: threshold set {ctx.thresholds.name} "
+            "sets p2p.nvlink_counter_fraction_min but no p2p.nvlink_counter_fraction_max, so a counter scale "
+            "error (per-link vs aggregate, KiB vs bytes) would pass; set it (nvswitch-common.toml has 1.5)",
+            props,
+        )
+    props.append(("threshold_max_key", ceiling.key))
     if fraction is None:
         note = (m.counters_note or m.error) if m else None
         return unknown(
@@ -111,6 +121,14 @@ def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Ve
             (note or "no traffic counters recorded")
             + "; set p2p.counters_waived = true in a site threshold file to accept bandwidth "
             "alone",
+            props,
+        )
+    if fraction > ceiling.value:
+        return failed(
+            f"GPU {src} -> GPU {dst}: counter scale — NVLink counters moved {_gb(nvlink)} for {_gb(copied)} copied "
+            f"({fraction:.0%}), more than {ceiling.value:.0%} ({ceiling.where()}); likely cause: the counters are "
+            "read with the wrong semantics (per-link vs all-link aggregate, KiB vs bytes, TX and RX both summed) "
+            "or other traffic ran during the copy — the proof of path cannot be trusted",
             props,
         )
     if fraction >= threshold.value:
