@@ -17,6 +17,7 @@ from typing import Any, TypeVar, Union
 
 from pytest_nvlink import __version__
 from pytest_nvlink.model import Node
+from pytest_nvlink.values import value_problems
 
 SCHEMA_VERSION = 1
 SNAPSHOT_KIND = "pytest-nvlink-snapshot"
@@ -69,7 +70,13 @@ def node_from_document(document: object, origin: str) -> Node:
         raise SnapshotError(
             f"{origin}:schema_version: version {version!r} is not supported (this plugin reads {SCHEMA_VERSION})"
         )
-    return from_json(Node, document.get("node"), f"{origin}:node")
+    node = from_json(Node, document.get("node"), f"{origin}:node")
+    problems = value_problems(node, "node")
+    if problems:
+        path, problem = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise SnapshotError(f"{origin}:{path}: {problem}{more}")
+    return node
 
 
 def from_json(cls: type[T], data: object, where: str) -> T:
