@@ -316,7 +316,14 @@ def nvlink_speed(ctx: Context, gpu: Gpu) -> Verdict:
             f"'full'; likely cause: a power/thermal policy or admin setting — check `nvidia-smi nvlink -gbm`",
             [*props, ("nvlink_bw_mode", mode)],
         )
-    return passed(f"GPU {index}: slowest active link {slowest:.3f} GB/s", props)
+    if mode is None:
+        # Older drivers lack nvmlSystemGetNvlinkBwMode: the speeds pass, but the mode stays an open question.
+        reason = ctx.node.unknown_reason("nvlink_bw_mode", "the source does not report it")
+        return passed(
+            f"GPU {index}: slowest active link {slowest:.3f} GB/s; NVLink bandwidth mode unknown ({reason})",
+            [*props, ("nvlink_bw_mode", "unknown"), ("nvlink_bw_mode_reason", reason)],
+        )
+    return passed(f"GPU {index}: slowest active link {slowest:.3f} GB/s", [*props, ("nvlink_bw_mode", mode)])
 
 
 @_per_gpu
@@ -396,6 +403,15 @@ def fabric(ctx: Context, gpu: Gpu) -> Verdict:
             f"({threshold.where()}); likely cause: Fabric Manager is not running or failed — check "
             "`systemctl status nvidia-fabricmanager` and that its version matches the driver "
             f"{ctx.node.driver_version or ''}".rstrip(),
+            props,
+        )
+    if info.degraded_bandwidth is None:
+        props.append(("fabric_degraded_bandwidth", "unknown"))
+        return failed(
+            f"GPU {index}: fabric registration completed but its health (healthMask DEGRADED_BW) is unknown: "
+            f"{ctx.node.unknown_reason(f'gpu{index}.fabric.degraded_bandwidth', 'the source does not report it')}; "
+            f"an NVSwitch system needs the answer ({threshold.where()}); likely cause: a driver before R550 "
+            "(no nvmlDeviceGetGpuFabricInfoV) — upgrade it or check the Fabric Manager log for degraded links",
             props,
         )
     if info.degraded_bandwidth:

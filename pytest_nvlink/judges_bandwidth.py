@@ -189,6 +189,10 @@ def collective(ctx: Context, op: str, results: list[CollectiveMeasurement]) -> V
         if m.size_bytes == size_mib * MIB
         else f" (measured at {m.size_bytes / MIB:g} MiB, threshold assumes {size_mib} MiB)"
     )
+    if m.correct is None:
+        # nccl-tests -c 0 (or '#wrong N/A') says nothing about the data: record it rather than pass silently.
+        props.append(("validated", "no"))
+        size_note += "; results not validated (nccl-tests -c 0 or #wrong N/A)"
     if m.busbw_gbps >= threshold.value:
         return passed(f"{op}: busbw {m.busbw_gbps:.1f} GB/s{size_note}", props)
     return failed(

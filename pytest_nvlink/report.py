@@ -16,6 +16,7 @@ from tabulate import tabulate
 from pytest_nvlink.config import path_matches
 from pytest_nvlink.model import Node
 from pytest_nvlink.run import Run
+from pytest_nvlink.unknowns import recorded_unknowns
 
 NCCL_ENV_VARS: tuple[str, ...] = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_NVLS_ENABLE")
 
@@ -190,6 +191,9 @@ def summary_lines(run: Run, stats: Mapping[str, Sequence[Any]]) -> list[str]:
         lines.append("")
     lines += measurement_lines(run)
     lines += check_table(stats).splitlines()
+    unknowns = recorded_unknowns(run.node, run.thresholds)
+    if unknowns:
+        lines += ["", "recorded unknowns (not proven by this run):", *(f"  - {line}" for line in unknowns)]
     if run.node.source == "evidence":
         lines += ["", *evidence_coverage(run.node).splitlines()]
     return lines
