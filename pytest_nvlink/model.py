@@ -62,6 +62,7 @@ class NvLinkInfo:
     remote_type: str | None = None  # "gpu" | "switch" | "ibmnpu" | "unknown"
     remote_pci_bus_id: str | None = None
     errors: dict[str, int] | None = None  # keys from ERROR_COUNTER_NAMES
+    errors_run: dict[str, int] | None = None
 
 
 @dataclass
@@ -93,6 +94,9 @@ class Gpu:
     pcie_gen_gpu_max: int | None = None
     pcie_width_current: int | None = None
     pcie_width_max: int | None = None
+    # Highest current PCIe generation sampled while the measurement campaign loaded the GPUs; the
+    # current generation drops at idle, so only a sample under load says what the link trained to.
+    pcie_gen_loaded: int | None = None
     # None: the source could not tell; []: the GPU has no NVLink.
     nvlinks: list[NvLinkInfo] | None = None
     fabric: FabricInfo | None = None
@@ -221,6 +225,7 @@ class Node:
     # Where each family of facts came from (file names for evidence), keyed like "paths".
     provenance: dict[str, str] = field(default_factory=dict)
     measurements: Measurements = field(default_factory=Measurements)
+    error_window_s: float | None = None
 
     def gpu(self, index: int) -> Gpu | None:
         return next((gpu for gpu in self.gpus if gpu.index == index), None)

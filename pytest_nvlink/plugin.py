@@ -22,6 +22,9 @@ from pytest_nvlink.verdict import Outcome, Verdict
 
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 RUN_KEY = pytest.StashKey[Run]()
+PLANNED_KEY = pytest.StashKey[frozenset[str]]()
+# Check areas whose items make the live provider run a measurement campaign.
+_CAMPAIGN_OF_AREA = {"bandwidth": "p2p", "collectives": "collectives"}
 
 _OPTIONS: tuple[tuple[str, str], ...] = (
     ("suite", "suite to accept against: a shipped name, a path to a suite .toml, or 'auto'"),
@@ -174,6 +177,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if item not in dropped]
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Remember which campaigns the selected items will run (after -k/-m deselection)."""
+    if _run(session.config) is None:
+        return
+    planned = set()
+    for item in session.items:
+        marker = item.get_closest_marker("nvlink")
+        if marker is not None and marker.args and "nvlink_measurements" in getattr(item, "fixturenames", ()):
+            planned.add(_CAMPAIGN_OF_AREA.get(str(marker.args[0]), ""))
+    session.config.stash[PLANNED_KEY] = frozenset(planned - {""})
+
+
 def _uses_node(item: pytest.Item) -> bool:
     return any(name.startswith("nvlink_") for name in getattr(item, "fixturenames", ()))
 
@@ -228,7 +243,8 @@ def nvlink_measurements(nvlink_run: Run, pytestconfig: pytest.Config) -> Measure
             reporter.write_line(f"nvlink: {line}")
 
     run = nvlink_run
-    return LiveMeasurements(run.node, run.suite, run.thresholds, progress, run.options.backend)
+    planned = pytestconfig.stash.get(PLANNED_KEY, frozenset())
+    return LiveMeasurements(run.node, run.suite, run.thresholds, progress, run.options.backend, planned=planned)
 
 
 @pytest.fixture
