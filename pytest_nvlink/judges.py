@@ -406,12 +406,15 @@ def fabric(ctx: Context, gpu: Gpu) -> Verdict:
             props,
         )
     if info.degraded_bandwidth is None:
+        # Registration alone does not say the fabric runs at full bandwidth; an NVSwitch SKU needs the answer.
         props.append(("fabric_degraded_bandwidth", "unknown"))
-        return failed(
-            f"GPU {index}: fabric registration completed but its health (healthMask DEGRADED_BW) is unknown: "
-            f"{ctx.node.unknown_reason(f'gpu{index}.fabric.degraded_bandwidth', 'the source does not report it')}; "
-            f"an NVSwitch system needs the answer ({threshold.where()}); likely cause: a driver before R550 "
-            "(no nvmlDeviceGetGpuFabricInfoV) — upgrade it or check the Fabric Manager log for degraded links",
+        reason = ctx.node.unknown_reason(f"gpu{index}.fabric.degraded_bandwidth", "the source does not report it")
+        return unknown(
+            ctx.node.source,
+            f"the NVSwitch fabric health of GPU {index} (registration completed)",
+            f"healthMask DEGRADED_BW unknown: {reason}; an NVSwitch system needs the answer ({threshold.where()}); "
+            "likely cause: a driver before R550 (no nvmlDeviceGetGpuFabricInfoV) — upgrade it or check the Fabric "
+            "Manager log for degraded links",
             props,
         )
     if info.degraded_bandwidth:

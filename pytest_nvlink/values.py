@@ -28,7 +28,6 @@ _POSITIVE: frozenset[str] = frozenset(
         "pcie_gen_loaded",
         "pcie_width_current",
         "pcie_width_max",
-        "error_window_s",
     }
 )
 

@@ -43,8 +43,9 @@ def test_unknowns_are_properties_and_summary_lines_and_fabric_health_unknown_fai
     failure = cases["test_fabric[gpu0]"].find("failure")
     assert failure is not None
     assert (
-        "GPU 0: fabric registration completed but its health (healthMask DEGRADED_BW) is unknown: the fabric info "
-        "has no healthMask; an NVSwitch system needs the answer (h100-sxm.toml:fabric.required)" in (failure.text or "")
+        "could not determine the NVSwitch fabric health of GPU 0 (registration completed): healthMask DEGRADED_BW "
+        "unknown: the fabric info has no healthMask; an NVSwitch system needs the answer "
+        "(h100-sxm.toml:fabric.required)" in (failure.text or "")
     )
     assert _properties(cases["test_collective_busbw[all_reduce]"])["validated"] == "no"
     assert "validated" not in _properties(cases["test_collective_busbw[all_gather]"])

@@ -125,3 +125,17 @@ def test_negative_counter_in_evidence_stops_the_plugin(pytester: pytest.Pytester
     result = pytester.runpytest("--nvlink-suite=a100-8gpu", f"--nvlink-evidence={path}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: *nvlink-e.txt:*: gpus[[]0[]].*[[]1[]].errors.replay: -3 is impossible*"])
+
+
+def test_impossible_figure_found_after_merging_names_file_and_line(tmp_path: Path) -> None:
+    original = (EVIDENCE / "p2pBandwidthLatencyTest" / "a100-sxm4-80gb-8gpu-distserve3.txt").read_text(encoding="utf-8")
+    lines = original.split("\n")
+    row = lines.index("P2P=Enabled Latency (P2P Writes) Matrix (us)") + 2  # GPU 0's row
+    lines[row] = lines[row].replace("3.38   3.30", "-3.38   3.30", 1)  # GPU 0 -> GPU 1
+    path = tmp_path / "p2p.txt"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    with pytest.raises(EvidenceError) as caught:
+        load_evidence([path])
+    message = str(caught.value)
+    assert message.startswith(f"{path}:{row + 1}: measurements.p2p[")
+    assert message.endswith("].value: -3.38 is impossible here (must be greater than 0)")
