@@ -25,6 +25,9 @@ def recorded_unknowns(node: Node, thresholds: Thresholds) -> list[str]:
     ]
     if unhealthy and thresholds.value("fabric.required", False) is True:
         lines.append(f"fabric health (degraded bandwidth) unknown on GPU(s) {_indices(unhealthy)}")
+    unread = sorted({key.split(".", 1)[0] for key in node.unknown_reasons if ".errors_run" in key})
+    if unread and node.error_window_s is not None:
+        lines.append(f"NVLink error counters not read around the campaign on {', '.join(unread)} (see unknown reasons)")
     unvalidated = sorted({m.op for m in node.measurements.collectives if m.correct is None and m.error is None})
     if unvalidated:
         lines.append(f"collectives not validated (nccl-tests -c 0 or #wrong N/A): {', '.join(unvalidated)}")

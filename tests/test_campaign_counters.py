@@ -211,6 +211,9 @@ def test_live_error_checks_see_the_campaign_deltas_whatever_the_order(
             "the collectives ran on gloo (CPU), which does not load the GPUs*"
         ]
     )
+    result.stdout.fnmatch_lines(
+        ["NVLink error counter increase during this run (* s of measurements): GPU 1 link 3: replay 2"]
+    )
     saved = load_snapshot(save)
     links = saved.gpus[1].nvlinks or []
     assert links[3].errors_run == {"replay": 2, "recovery": 0, "crc_flit": 0, "crc_data": 0, "ecc_data": 0}
@@ -218,3 +221,19 @@ def test_live_error_checks_see_the_campaign_deltas_whatever_the_order(
     assert links[2].errors_run == dict.fromkeys(links[2].errors_run or {}, 0) and links[2].errors_run
     assert saved.error_window_s is not None and saved.error_window_s > 0
     assert len(saved.measurements.collectives) == 1
+
+
+def test_summary_keeps_run_increase_and_lifetime_totals_apart(pytester: pytest.Pytester) -> None:
+    node = load_snapshot(SNAPSHOTS / "h100-8gpu-degraded.json")
+    links = node.gpus[5].nvlinks or []
+    links[7].errors_run = {"replay": 0, "recovery": 0, "crc_flit": 1, "crc_data": 0, "ecc_data": 0}
+    save_snapshot(node, pytester.path / "old-errors.json")
+    result = pytester.runpytest(
+        "--nvlink-suite=h100-8gpu", f"--nvlink-replay={pytester.path / 'old-errors.json'}", "-k", "nvlink_errors"
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "NVLink error counter increase during this run (412 s of measurements): GPU 5 link 7: crc_flit 1",
+            "NVLink error counter lifetime totals (since driver load): GPU 5 link 7: crc_flit 12, replay 3",
+        ]
+    )
