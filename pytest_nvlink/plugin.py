@@ -22,7 +22,6 @@ from pytest_nvlink.verdict import Outcome, Verdict
 
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 RUN_KEY = pytest.StashKey[Run]()
-PLANNED_KEY = pytest.StashKey[frozenset[str]]()
 # Check areas whose items make the live provider run a measurement campaign.
 _CAMPAIGN_OF_AREA = {"bandwidth": "p2p", "collectives": "collectives"}
 
@@ -177,16 +176,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if item not in dropped]
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Remember which campaigns the selected items will run (after -k/-m deselection)."""
-    if _run(session.config) is None:
-        return
+def _planned_campaigns(items: list[pytest.Item]) -> frozenset[str]:
+    """The campaigns the selected items (after -k/-m deselection) will make the live provider run."""
     planned = set()
-    for item in session.items:
+    for item in items:
         marker = item.get_closest_marker("nvlink")
         if marker is not None and marker.args and "nvlink_measurements" in getattr(item, "fixturenames", ()):
             planned.add(_CAMPAIGN_OF_AREA.get(str(marker.args[0]), ""))
-    session.config.stash[PLANNED_KEY] = frozenset(planned - {""})
+    return frozenset(planned - {""})
 
 
 def _uses_node(item: pytest.Item) -> bool:
@@ -223,7 +220,9 @@ def nvlink_context(nvlink_run: Run) -> Context:
 
 
 @pytest.fixture(scope="session")
-def nvlink_measurements(nvlink_run: Run, pytestconfig: pytest.Config) -> MeasurementProvider:
+def nvlink_measurements(
+    nvlink_run: Run, pytestconfig: pytest.Config, request: pytest.FixtureRequest
+) -> MeasurementProvider:
     """P2P and collective figures: measured on first use (live, once per session) or read from the source."""
     from pytest_nvlink.provider import LiveMeasurements, RecordedMeasurements
 
@@ -243,7 +242,7 @@ def nvlink_measurements(nvlink_run: Run, pytestconfig: pytest.Config) -> Measure
             reporter.write_line(f"nvlink: {line}")
 
     run = nvlink_run
-    planned = pytestconfig.stash.get(PLANNED_KEY, frozenset())
+    planned = _planned_campaigns(request.session.items)
     return LiveMeasurements(run.node, run.suite, run.thresholds, progress, run.options.backend, planned=planned)
 
 
