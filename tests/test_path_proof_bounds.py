@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from conftest import SNAPSHOTS
 
 from pytest_nvlink import judges_bandwidth
-from pytest_nvlink.config import load_suite, load_thresholds
+from pytest_nvlink.config import ConfigError, load_suite, load_thresholds
 from pytest_nvlink.judges import Context
 from pytest_nvlink.model import P2PMeasurement
 from pytest_nvlink.snapshot import load_snapshot, save_snapshot
@@ -65,3 +66,10 @@ def test_replayed_counter_scale_error_fails_through_the_plugin(pytester: pytest.
     result.stdout.fnmatch_lines(
         ["*_ test_p2p_path_proof[[]gpu0-gpu1[]] _*", "GPU 0 -> GPU 1: counter scale — *(102400%)*"]
     )
+
+
+def test_a_ceiling_below_one_is_a_config_error(tmp_path: Path) -> None:
+    site = tmp_path / "site.toml"
+    site.write_text("[p2p]\nnvlink_counter_fraction_max = 0.8\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"site.toml:p2p.nvlink_counter_fraction_max: 0.8 must be at least 1"):
+        load_thresholds("h100-sxm", site)
