@@ -127,6 +127,8 @@ THRESHOLD_SCHEMA: dict[str, Check] = {
     "p2p.bidirectional_min_gbps": _GBPS,
     "p2p.latency_max_us": _LATENCY_US,
     "p2p.nvlink_counter_fraction_min": _FRACTION,
+    # At least 1: a copy moves at least its own bytes over the link it used.
+    "p2p.nvlink_counter_fraction_max": _number(1.0, 100.0, low_allowed=True),
 }
 for _counter in ERROR_COUNTER_NAMES:
     THRESHOLD_SCHEMA[error_total_key(_counter)] = _COUNT

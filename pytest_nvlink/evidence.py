@@ -22,6 +22,7 @@ from pytest_nvlink.parsers.nvlink import NvlinkReport
 from pytest_nvlink.parsers.p2p_latency import P2PLatencyResult
 from pytest_nvlink.parsers.topo import TopoMatrix, TopoP2P
 from pytest_nvlink.snapshot import SnapshotError, node_from_document
+from pytest_nvlink.values import evidence_value_error, parsed_value_error
 
 __all__ = ["FAMILIES", "EvidenceConflict", "EvidenceError", "coverage", "load_evidence"]
 
@@ -60,7 +61,11 @@ def load_evidence(paths: list[Path]) -> Node:
         _absorb(loaded, merger, pending)
     if pending.nccl_logs:
         _absorb_nccl_logs(pending.nccl_logs, merger)
-    return merger.build()
+    node = merger.build()
+    impossible = evidence_value_error(node, node.provenance, {loaded.name: loaded.text for loaded in files})
+    if impossible:
+        raise EvidenceError(impossible)
+    return node
 
 
 def coverage(node: Node) -> list[tuple[str, str]]:
@@ -119,6 +124,9 @@ def _absorb(loaded: _Loaded, merger: Merger, pending: _Pending) -> None:
         result = detect.parse_kind(kind, loaded.text)
     except ParseError as exc:
         raise EvidenceError(f"{loaded.name}:{exc.line_no}: {exc.message} (read as {kind})") from None
+    impossible = parsed_value_error(result, loaded.name, loaded.text)
+    if impossible:
+        raise EvidenceError(impossible)
     _dispatch(kind, result, loaded, merger, pending)
 
 

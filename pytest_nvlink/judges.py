@@ -353,7 +353,14 @@ def nvlink_speed(ctx: Context, gpu: Gpu) -> Verdict:
             f"'full'; likely cause: a power/thermal policy or admin setting — check `nvidia-smi nvlink -gbm`",
             [*props, ("nvlink_bw_mode", mode)],
         )
-    return passed(f"GPU {index}: slowest active link {slowest:.3f} GB/s", props)
+    if mode is None:
+        # Older drivers lack nvmlSystemGetNvlinkBwMode: the speeds pass, but the mode stays an open question.
+        reason = ctx.node.unknown_reason("nvlink_bw_mode", "the source does not report it")
+        return passed(
+            f"GPU {index}: slowest active link {slowest:.3f} GB/s; NVLink bandwidth mode unknown ({reason})",
+            [*props, ("nvlink_bw_mode", "unknown"), ("nvlink_bw_mode_reason", reason)],
+        )
+    return passed(f"GPU {index}: slowest active link {slowest:.3f} GB/s", [*props, ("nvlink_bw_mode", mode)])
 
 
 @_per_gpu
@@ -400,6 +407,18 @@ def fabric(ctx: Context, gpu: Gpu) -> Verdict:
             f"{ctx.node.driver_version or ''}".rstrip(),
             props,
         )
+    if info.degraded_bandwidth is None:
+        # Registration alone does not say the fabric runs at full bandwidth; an NVSwitch SKU needs the answer.
+        props.append(("fabric_degraded_bandwidth", "unknown"))
+        reason = ctx.node.unknown_reason(f"gpu{index}.fabric.degraded_bandwidth", "the source does not report it")
+        return unknown(
+            ctx.node.source,
+            f"the NVSwitch fabric health of GPU {index} (registration completed)",
+            f"healthMask DEGRADED_BW unknown: {reason}; an NVSwitch system needs the answer ({threshold.where()}); "
+            "likely cause: a driver before R550 (no nvmlDeviceGetGpuFabricInfoV) — upgrade it or check the Fabric "
+            "Manager log for degraded links",
+            props,
+        )
     if info.degraded_bandwidth:
         return failed(
             f"GPU {index}: fabric reports degraded NVLink bandwidth (healthMask DEGRADED_BW) although "
@@ -412,34 +431,62 @@ def fabric(ctx: Context, gpu: Gpu) -> Verdict:
 
 @_per_gpu
 def pcie_link(ctx: Context, gpu: Gpu) -> Verdict:
+    """The trained link: current width (it holds at idle) and the generation sampled under load.
+
+    ``nvmlDeviceGetMaxPcieLink*`` is what GPU and slot could do, so a link trained at x8 or Gen4
+    through a bad riser passed on it. The current generation drops at idle, so only a sample taken
+    while the measurement campaign loaded the GPU counts; without one the generation is unknown.
+    """
     index = gpu.index
     gen_t, width_t = ctx.thresholds.get("pcie.generation_min"), ctx.thresholds.get("pcie.width_min")
     unset = [key for key in ("pcie.generation_min", "pcie.width_min") if ctx.thresholds.get(key) is None]
     if len(unset) == 2 or any(ctx.thresholds.waiver(key) is None for key in unset):
         return ctx.missing_threshold(*unset)
-    # The current generation drops while idle (NVML facts §2.8), so the trained maximum is judged.
-    measured = f"Gen{gpu.pcie_gen_max} x{gpu.pcie_width_max}"
+    gen, width = gpu.pcie_gen_loaded, gpu.pcie_width_current
+    measured = f"Gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
     expected = f"Gen{gen_t.value if gen_t else '?'} x{width_t.value if width_t else '?'}"
     props = measured_properties(measured, f">= {expected}", "PCIe link", gen_t or width_t) + gpu_properties(gpu)
-    if (gen_t and gpu.pcie_gen_max is None) or (width_t and gpu.pcie_width_max is None):
+    props += [
+        ("pcie_gen_under_load", str(gen) if gen is not None else "not_measured"),
+        ("pcie_width_current", str(width) if width is not None else "unknown"),
+        ("pcie_gen_max", str(gpu.pcie_gen_max) if gpu.pcie_gen_max is not None else "unknown"),
+    ]
+    low = _pcie_below(gpu, gen_t, width_t)
+    if low is not None:
+        what, value, threshold = low
+        return failed(
+            f"GPU {index}: PCIe {what} {value}, below {threshold.value} ({threshold.where()}); likely cause: a "
+            "riser/slot or BIOS setting limiting the link — check `lspci -vv` LnkSta and the slot's BIOS PCIe speed",
+            props,
+        )
+    if width_t is not None and width is None:
+        reason = ctx.node.unknown_reason(f"gpu{index}.pcie_width_current", "PCIe width not reported")
+        return unknown(ctx.node.source, f"the PCIe link width of GPU {index}", reason, props)
+    if gen_t is not None and gen is None:
+        reason = ctx.node.unknown_reason(
+            f"gpu{index}.pcie_gen_loaded",
+            "no measurement campaign ran in this session (topology-only run or a snapshot without measurements)",
+        )
         return unknown(
             ctx.node.source,
-            f"the PCIe link of GPU {index}",
-            ctx.node.unknown_reason(f"gpu{index}.pcie", "PCIe link not reported"),
+            f"the PCIe generation of GPU {index} under load (width x{width} ok)",
+            f"not measured under load: {reason}; the current generation drops at idle, so it is sampled while the "
+            "bandwidth/collective checks run — include them in the session",
             props,
         )
-    low_gen = gen_t is not None and gpu.pcie_gen_max is not None and gpu.pcie_gen_max < gen_t.value
-    low_width = width_t is not None and gpu.pcie_width_max is not None and gpu.pcie_width_max < width_t.value
-    if low_gen or low_width:
-        where = gen_t if low_gen else width_t
-        assert where is not None
-        return failed(
-            f"GPU {index}: PCIe link trained at {measured}, below {expected} ({where.where()}); likely cause: "
-            "a riser/slot or BIOS setting limiting the link — check `lspci -vv` LnkSta and the slot's BIOS "
-            "PCIe speed",
-            props,
-        )
-    return passed(f"GPU {index}: PCIe {measured}", props)
+    return passed(f"GPU {index}: PCIe {measured} (generation sampled under load)", props)
+
+
+def _pcie_below(gpu: Gpu, gen_t: Threshold | None, width_t: Threshold | None) -> tuple[str, str, Threshold] | None:
+    """The first PCIe figure known to be below its minimum: trained width, loaded generation, or capability."""
+    if width_t is not None and gpu.pcie_width_current is not None and gpu.pcie_width_current < width_t.value:
+        return "link trained at width", f"x{gpu.pcie_width_current}", width_t
+    if gen_t is not None and gpu.pcie_gen_loaded is not None and gpu.pcie_gen_loaded < gen_t.value:
+        return "generation under load", f"Gen{gpu.pcie_gen_loaded}", gen_t
+    # Even unloaded, a slot that cannot reach the minimum fails (nvmlDeviceGetMaxPcieLinkGeneration).
+    if gen_t is not None and gpu.pcie_gen_max is not None and gpu.pcie_gen_max < gen_t.value:
+        return "generation capability of GPU and slot", f"Gen{gpu.pcie_gen_max}", gen_t
+    return None
 
 
 # --- pairs ------------------------------------------------------------------------------------

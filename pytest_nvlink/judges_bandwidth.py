@@ -90,16 +90,22 @@ def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Ve
     threshold = ctx.thresholds.get("p2p.nvlink_counter_fraction_min")
     if threshold is None:
         return ctx.missing_threshold("p2p.nvlink_counter_fraction_min")
+    ceiling = ctx.thresholds.get("p2p.nvlink_counter_fraction_max")
     copied = m.bytes_copied if m else None
     nvlink, pcie = (m.nvlink_bytes, m.pcie_bytes) if m else (None, None)
     fraction = nvlink / copied if nvlink is not None and copied else None
-    props = measured_properties(fraction, f">= {threshold.value}", "fraction of bytes on NVLink", threshold)
+    bound = f">= {threshold.value}" + (f", <= {ceiling.value}" if ceiling else "")
+    props = measured_properties(fraction, bound, "fraction of bytes on NVLink", threshold)
     props += [
         *_pair_props(ctx, src, dst, m),
         ("bytes_copied", str(copied)),
         ("nvlink_bytes", str(nvlink)),
         ("pcie_bytes", str(pcie)),
     ]
+    if ceiling is None:
+        # Without an upper bound a counter scale error (per-link vs aggregate, KiB vs bytes) would pass.
+        return ctx.missing_threshold("p2p.nvlink_counter_fraction_max")
+    props.append(("threshold_max_key", ceiling.key))
     if fraction is None:
         note = (m.counters_note or m.error) if m else None
         return unknown(
@@ -108,6 +114,14 @@ def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Ve
             (note or "no traffic counters recorded")
             + "; to accept bandwidth alone, waive the proof with a reason in a site threshold file: [waive] "
             '"p2p.nvlink_counter_fraction_min" = "why the counters cannot be read here"',
+            props,
+        )
+    if fraction > ceiling.value:
+        return failed(
+            f"GPU {src} -> GPU {dst}: counter scale — NVLink counters moved {_gb(nvlink)} for {_gb(copied)} copied "
+            f"({fraction:.0%}), more than {ceiling.value:.0%} ({ceiling.where()}); likely cause: the counters are "
+            "read with the wrong semantics (per-link vs all-link aggregate, KiB vs bytes, TX and RX both summed) "
+            "or other traffic ran during the copy — the proof of path cannot be trusted",
             props,
         )
     if fraction >= threshold.value:
@@ -180,6 +194,10 @@ def collective(ctx: Context, op: str, results: list[CollectiveMeasurement]) -> V
         if m.size_bytes == size_mib * MIB
         else f" (measured at {m.size_bytes / MIB:g} MiB, threshold assumes {size_mib} MiB)"
     )
+    if m.correct is None:
+        # nccl-tests -c 0 (or '#wrong N/A') says nothing about the data: record it rather than pass silently.
+        props.append(("validated", "no"))
+        size_note += "; results not validated (nccl-tests -c 0 or #wrong N/A)"
     if m.busbw_gbps >= threshold.value:
         return passed(f"{op}: busbw {m.busbw_gbps:.1f} GB/s over {_ranks_text(m)}{size_note}", props)
     return failed(

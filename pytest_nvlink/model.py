@@ -94,6 +94,9 @@ class Gpu:
     pcie_gen_gpu_max: int | None = None
     pcie_width_current: int | None = None
     pcie_width_max: int | None = None
+    # Highest current PCIe generation sampled while the measurement campaign loaded the GPUs; the
+    # current generation drops at idle, so only a sample under load says what the link trained to.
+    pcie_gen_loaded: int | None = None
     # None: the source could not tell; []: the GPU has no NVLink.
     nvlinks: list[NvLinkInfo] | None = None
     fabric: FabricInfo | None = None

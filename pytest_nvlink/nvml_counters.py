@@ -19,11 +19,13 @@ from pytest_nvlink.nvml_fields import (
     FI_NVLINK_THROUGHPUT_DATA_TX,
     FI_PCIE_COUNT_RX_BYTES,
     FI_PCIE_COUNT_TX_BYTES,
+    NVLINK_ERROR_COUNTERS,
     NVML_ERROR_NO_PERMISSION,
     SCOPE_ALL_LINKS,
     FieldReading,
     import_pynvml,
     nvml_error_name,
+    nvml_reason,
     read_fields,
 )
 
@@ -197,3 +199,23 @@ class TrafficCounters:
                 self._nvml.nvmlShutdown()
             except self._nvml.NVMLError:
                 return  # nothing left to release
+
+
+def read_link_errors(
+    nvml: types.ModuleType, handle: Any, links: Iterable[int]
+) -> tuple[dict[int, dict[str, int]], dict[str, str]]:
+    """Every NVLink error counter of the given links: ``({link: {counter: value}}, {"nvlink7.replay": why})``.
+
+    A counter that cannot be read is left out and its reason returned; reading never raises.
+    """
+    values: dict[int, dict[str, int]] = {}
+    reasons: dict[str, str] = {}
+    for link in links:
+        counters: dict[str, int] = {}
+        for name, counter in NVLINK_ERROR_COUNTERS.items():
+            try:
+                counters[name] = int(nvml.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter))
+            except nvml.NVMLError as exc:
+                reasons[f"nvlink{link}.{name}"] = nvml_reason(exc)
+        values[link] = counters
+    return values, reasons

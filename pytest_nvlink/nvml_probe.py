@@ -274,14 +274,21 @@ class _Prober:
             except nvml.NVMLError as exc:
                 reason = nvml_reason(exc)
                 break
-            return self._fabric_from(info)
+            return self._fabric_from(key, info)
         self.node.unknown_reasons[f"{key}.fabric"] = reason
         return None
 
-    def _fabric_from(self, info: Any) -> FabricInfo:
+    def _fabric_from(self, key: str, info: Any) -> FabricInfo:
         state = FABRIC_STATES.get(int(info.state), f"unknown({info.state})")
         if state != "completed":
             return FabricInfo(state=state)  # status "must be checked only if state returns complete"
+        health_mask = getattr(info, "healthMask", None)
+        if _degraded_bandwidth(health_mask) is None:
+            self.node.unknown_reasons[f"{key}.fabric.degraded_bandwidth"] = (
+                "the fabric info has no healthMask (nvmlDeviceGetGpuFabricInfo v1, driver before R550)"
+                if health_mask is None
+                else f"healthMask {int(health_mask):#x} does not state DEGRADED_BW"
+            )
         return FabricInfo(
             state=state,
             status=nvml_error_name(self.nvml, int(info.status)),

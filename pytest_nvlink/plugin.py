@@ -27,6 +27,8 @@ CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 RUN_KEY = pytest.StashKey[Run]()
 JUDGED_KEY = pytest.StashKey[bool]()  # on an item: nvlink_judge was called
 TALLY_KEY = pytest.StashKey["AuditTally"]()
+# Check areas whose items make the live provider run a measurement campaign.
+_CAMPAIGN_OF_AREA = {"bandwidth": "p2p", "collectives": "collectives"}
 
 _OPTIONS: tuple[tuple[str, str], ...] = (
     ("suite", "suite to accept against: a shipped name, a path to a suite .toml, or 'auto'"),
@@ -201,6 +203,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if item not in dropped]
 
 
+def _planned_campaigns(items: list[pytest.Item]) -> frozenset[str]:
+    """The campaigns the selected items (after -k/-m deselection) will make the live provider run."""
+    planned = set()
+    for item in items:
+        marker = item.get_closest_marker("nvlink")
+        if marker is not None and marker.args and "nvlink_measurements" in getattr(item, "fixturenames", ()):
+            planned.add(_CAMPAIGN_OF_AREA.get(str(marker.args[0]), ""))
+    return frozenset(planned - {""})
+
+
 def _uses_node(item: pytest.Item) -> bool:
     return any(name.startswith("nvlink_") for name in getattr(item, "fixturenames", ()))
 
@@ -235,7 +247,9 @@ def nvlink_context(nvlink_run: Run) -> Context:
 
 
 @pytest.fixture(scope="session")
-def nvlink_measurements(nvlink_run: Run, pytestconfig: pytest.Config) -> MeasurementProvider:
+def nvlink_measurements(
+    nvlink_run: Run, pytestconfig: pytest.Config, request: pytest.FixtureRequest
+) -> MeasurementProvider:
     """P2P and collective figures: measured on first use (live, once per session) or read from the source."""
     from pytest_nvlink.provider import LiveMeasurements, RecordedMeasurements
 
@@ -255,7 +269,8 @@ def nvlink_measurements(nvlink_run: Run, pytestconfig: pytest.Config) -> Measure
             reporter.write_line(f"nvlink: {line}")
 
     run = nvlink_run
-    return LiveMeasurements(run.node, run.suite, run.thresholds, progress, run.options.backend)
+    planned = _planned_campaigns(request.session.items)
+    return LiveMeasurements(run.node, run.suite, run.thresholds, progress, run.options.backend, planned=planned)
 
 
 @pytest.fixture

@@ -7,10 +7,13 @@ a second ago on this machine or read from a snapshot or a vendor's burn-in log.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pytest_nvlink.config import Suite, Thresholds
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, Node, P2PMeasurement
+
+if TYPE_CHECKING:
+    from pytest_nvlink.campaign import CampaignWatch
 
 Progress = Callable[[str], None]
 
@@ -21,6 +24,9 @@ class MeasurementProvider(Protocol):
     def collectives(self) -> list[CollectiveMeasurement]: ...
 
     def nccl(self) -> NcclAudit | None: ...
+
+    def complete(self) -> None:
+        """Run every measurement campaign this session will run, so per-run facts are final."""
 
 
 class RecordedMeasurements:
@@ -46,6 +52,9 @@ class RecordedMeasurements:
     def nccl(self) -> NcclAudit | None:
         return self._node.measurements.nccl
 
+    def complete(self) -> None:
+        return  # recorded figures are final already
+
 
 class LiveMeasurements:
     """Measures on this machine on first request, once per session, and records into the node.
@@ -55,7 +64,14 @@ class LiveMeasurements:
     """
 
     def __init__(
-        self, node: Node, suite: Suite, thresholds: Thresholds, progress: Progress, backend: str | None = None
+        self,
+        node: Node,
+        suite: Suite,
+        thresholds: Thresholds,
+        progress: Progress,
+        backend: str | None = None,
+        *,
+        planned: frozenset[str] = frozenset(),
     ) -> None:
         self._node = node
         self._suite = suite
@@ -65,6 +81,8 @@ class LiveMeasurements:
         self._p2p_done = False
         self._collectives_done = False
         self._recorded = RecordedMeasurements(node)
+        # The campaigns ("p2p", "collectives") the session's selected checks will ask for.
+        self._planned = planned
 
     def _cuda_of(self) -> dict[int, int]:
         # torch is imported only here, so topology-only runs never pay for it.
@@ -75,12 +93,33 @@ class LiveMeasurements:
         return {gpu.index: gpu.cuda_index for gpu in self._node.gpus if gpu.cuda_index is not None}
 
     def p2p(self, src: int, dst: int, kind: str) -> P2PMeasurement | None:
-        if not self._p2p_done:
-            self._p2p_done = True
-            from pytest_nvlink.live import measure_p2p
-
-            self._node.measurements.p2p.extend(measure_p2p(self._node, self._suite, self._cuda_of(), self._progress))
+        self._ensure_p2p()
         return self._recorded.p2p(src, dst, kind)
+
+    def _ensure_p2p(self) -> None:
+        if self._p2p_done:
+            return
+        self._p2p_done = True
+        from pytest_nvlink.live import measure_p2p
+
+        cuda_of = self._cuda_of()
+        with self._watch(loads_gpus=True) as watch:
+            results = measure_p2p(self._node, self._suite, cuda_of, self._progress)
+            watch.moved_traffic = any(m.value is not None for m in results)
+        self._node.measurements.p2p.extend(results)
+
+    def complete(self) -> None:
+        """Run the planned campaigns not run yet: error deltas and PCIe-under-load then cover all of them."""
+        # The P2P checks measure only pairs the suite expects on NVLink (none on a PCIe-only suite).
+        if "p2p" in self._planned and self._suite.expects_any_nvlink():
+            self._ensure_p2p()
+        if "collectives" in self._planned:
+            self._ensure_collectives()
+
+    def _watch(self, *, loads_gpus: bool) -> CampaignWatch:
+        from pytest_nvlink.campaign import CampaignWatch
+
+        return CampaignWatch(self._node, loads_gpus=loads_gpus)
 
     def collectives(self) -> list[CollectiveMeasurement]:
         self._ensure_collectives()
@@ -96,9 +135,13 @@ class LiveMeasurements:
         self._collectives_done = True
         from pytest_nvlink.live import measure_collectives
 
-        results, audit = measure_collectives(
-            self._node, self._suite, self._thresholds, self._cuda_of(), self._progress, backend=self._backend
-        )
+        cuda_of = self._cuda_of()
+        # gloo runs on the CPU: it moves no GPU traffic, so it says nothing about the PCIe link under load.
+        with self._watch(loads_gpus=self._backend != "gloo") as watch:
+            results, audit = measure_collectives(
+                self._node, self._suite, self._thresholds, cuda_of, self._progress, backend=self._backend
+            )
+            watch.moved_traffic = any(m.busbw_gbps is not None for m in results)
         self._node.measurements.collectives.extend(results)
         if audit is not None:
             self._node.measurements.nccl = audit

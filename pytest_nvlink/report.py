@@ -17,6 +17,7 @@ from pytest_nvlink.audit import AuditTally, no_verdict_line
 from pytest_nvlink.config import path_matches
 from pytest_nvlink.model import Node
 from pytest_nvlink.run import Run
+from pytest_nvlink.unknowns import recorded_unknowns
 
 NCCL_ENV_VARS: tuple[str, ...] = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_NVLS_ENABLE")
 
@@ -195,6 +196,10 @@ def summary_lines(run: Run, stats: Mapping[str, Sequence[Any]], tally: AuditTall
         lines.append("")
     lines += measurement_lines(run)
     lines += check_table(stats).splitlines()
+    lines += error_counter_lines(run.node)
+    unknowns = recorded_unknowns(run.node, run.thresholds)
+    if unknowns:
+        lines += ["", "recorded unknowns (not proven by this run):", *(f"  - {line}" for line in unknowns)]
     if run.node.source == "evidence":
         lines += ["", *evidence_coverage(run.node).splitlines()]
     return [*lines, "", *audit_lines(stats, tally)]
@@ -208,6 +213,34 @@ def audit_lines(stats: Mapping[str, Sequence[Any]], tally: AuditTally | None) ->
             for report in reports:
                 tally.add(report)
     return [tally.line(), no_verdict_line(tally)] if tally.judged_nothing() else [tally.line()]
+
+
+def error_counter_lines(node: Node) -> list[str]:
+    """NVLink error counters: the increase during this run's campaigns, and the lifetime totals apart."""
+    totals = _nonzero_counters(node, "errors")
+    lines = [""]
+    if node.error_window_s is not None:
+        grown = _nonzero_counters(node, "errors_run")
+        lines.append(
+            f"NVLink error counter increase during this run ({node.error_window_s:.0f} s of measurements): "
+            + (grown or "none")
+        )
+    elif totals:
+        lines.append("NVLink error counters: lifetime totals only (no measurement campaign in this session)")
+    if totals:
+        lines.append(f"NVLink error counter lifetime totals (since driver load): {totals}")
+    return lines if len(lines) > 1 else []
+
+
+def _nonzero_counters(node: Node, attribute: str) -> str:
+    found = []
+    for gpu in node.gpus:
+        for link in gpu.nvlinks or []:
+            counters: dict[str, int] = getattr(link, attribute) or {}
+            shown = ", ".join(f"{name} {value}" for name, value in sorted(counters.items()) if value)
+            if shown:
+                found.append(f"GPU {gpu.index} link {link.link}: {shown}")
+    return "; ".join(found)
 
 
 # Which check functions each evidence family feeds, for the coverage table.

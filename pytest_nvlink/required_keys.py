@@ -38,6 +38,7 @@ P2P_KEYS: tuple[str, ...] = (
     "p2p.bidirectional_min_gbps",
     "p2p.latency_max_us",
     "p2p.nvlink_counter_fraction_min",
+    "p2p.nvlink_counter_fraction_max",
 )
 
 REQUIREMENTS: tuple[Requirement, ...] = (

@@ -20,6 +20,7 @@ from typing import Any, TypeVar, Union
 from pytest_nvlink import __version__
 from pytest_nvlink.model import Node
 from pytest_nvlink.textfile import MIB, UnreadableText, parse_problem, read_text_file
+from pytest_nvlink.values import value_problems
 
 SCHEMA_VERSION = 1
 SNAPSHOT_KIND = "pytest-nvlink-snapshot"
@@ -126,6 +127,11 @@ def node_from_document(document: object, origin: str) -> Node:
         )
     node = from_json(Node, document.get("node"), f"{origin}:node")
     _check_unique_entries(node, f"{origin}:node")
+    problems = value_problems(node, "node")
+    if problems:
+        path, problem = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise SnapshotError(f"{origin}:{path}: {problem}{more}")
     return node
 
 

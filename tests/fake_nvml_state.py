@@ -132,6 +132,8 @@ class FakeNvml:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
         self.injected: dict[tuple[str, int | None], int] = {}
         self.traffic: dict[int, _Traffic] = {gpu.index: _Traffic() for gpu in self.gpus}
+        self.error_growth: dict[tuple[int, int, str], int] = {}
+        self.error_reads: dict[tuple[int, int, str], int] = {}
         self._handles = [_Handle(self, position) for position in range(len(self.gpus))]
 
     # --- test controls ----------------------------------------------------------------------
@@ -162,6 +164,21 @@ class FakeNvml:
             raise ValueError(f"via must be 'nvlink' or 'pcie', not {via!r}")
         self.add_traffic(src_uuid, **{f"{via}_bytes": nbytes})
         self.add_traffic(dst_uuid, **{f"{via}_rx_bytes": nbytes})
+
+    def grow_errors_on_read(self, gpu: int, link: int, counter: str, step: int) -> None:
+        """Make an NVLink error counter grow by ``step`` at every read after the first (errors during a run).
+
+        The probe's read sees the node's total; the campaign's before and after reads then differ by ``step``.
+        """
+        self.error_growth[(gpu, link, counter)] = step
+
+    def _error_growth(self, gpu: int, link: int, counter: str) -> int:
+        key = (gpu, link, counter)
+        if key not in self.error_growth:
+            return 0
+        reads = self.error_reads.get(key, 0)
+        self.error_reads[key] = reads + 1
+        return reads * self.error_growth[key]
 
     def calls_to(self, function: str) -> list[tuple[Any, ...]]:
         return [args for name, args in self.calls if name == function]
@@ -404,7 +421,9 @@ class FakeNvml:
             raise NVMLError(C["NVML_ERROR_INVALID_ARGUMENT"])
         errors = self._fact(info.errors, f"gpu{gpu.index}.nvlink{link}.errors")
         name = _ERROR_COUNTERS[counter]
-        return int(errors[name]) if name in errors else _raise(C["NVML_ERROR_NOT_SUPPORTED"])
+        if name not in errors:
+            _raise(C["NVML_ERROR_NOT_SUPPORTED"])
+        return int(errors[name]) + self._error_growth(gpu.index, link, name)
 
     # --- field values -----------------------------------------------------------------------
 

@@ -120,5 +120,6 @@ def make_fake_pynvml(
         add_traffic=state.add_traffic,
         add_copy=state.add_copy,
         inject_error=state.inject_error,
+        grow_errors_on_read=state.grow_errors_on_read,
     )
     return module

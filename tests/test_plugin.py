@@ -81,9 +81,11 @@ def test_live_probe_through_fake_nvml_passes_topology(
     install_fake_nvml("h100-8gpu-healthy")
     result = pytester.runpytest("--nvlink-suite=h100-8gpu", "-k", TOPOLOGY_ONLY, "-p", "no:cacheprovider")
     outcomes = result.parseoutcomes()
-    assert result.ret == 0, result.stdout.str()
-    # 1 count + 1 driver + 8 x (model, 4 nvlink, fabric, pcie) + 28 paths + 56 P2P statuses
-    assert outcomes["passed"] == 2 + 8 * 7 + 28 + 56
+    # 1 count + 1 driver + 8 x (model, 4 nvlink, fabric) + 28 paths + 56 P2P statuses
+    assert outcomes["passed"] == 2 + 8 * 6 + 28 + 56, result.stdout.str()
+    # The PCIe generation needs the load of a measurement campaign; a topology-only run cannot show it (fail closed).
+    assert outcomes["failed"] == 8
+    result.stdout.fnmatch_lines(["*PCIe generation of GPU 0 under load (width x16 ok): not measured under load*"])
     result.stdout.fnmatch_lines(["nvlink source: live (NVML + torch)*8 x NVIDIA H100 80GB HBM3*"])
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from pytest_nvlink import judges
 from pytest_nvlink.judges import Context
+from pytest_nvlink.provider import MeasurementProvider
 from pytest_nvlink.verdict import Verdict
 
 pytestmark = pytest.mark.nvlink("nvlink")
@@ -29,5 +30,12 @@ def test_nvlink_speed(nvlink_context: Context, nvlink_gpu_index: int, nvlink_jud
     nvlink_judge(judges.nvlink_speed(nvlink_context, nvlink_gpu_index))
 
 
-def test_nvlink_errors(nvlink_context: Context, nvlink_gpu_index: int, nvlink_judge: Callable[[Verdict], None]) -> None:
+def test_nvlink_errors(
+    nvlink_context: Context,
+    nvlink_measurements: MeasurementProvider,
+    nvlink_gpu_index: int,
+    nvlink_judge: Callable[[Verdict], None],
+) -> None:
+    # Judged after every campaign of the session, whatever the item order: the increase during the run counts.
+    nvlink_measurements.complete()
     nvlink_judge(judges.nvlink_errors(nvlink_context, nvlink_gpu_index))

@@ -1,0 +1,143 @@
+"""Impossible numbers in a node: NaN, infinity, negative counters, zero speeds.
+
+A snapshot or evidence file that says a link runs at NaN GB/s, or that link 8 saw -3 replay
+errors (cancelling link 7's +3 in a per-GPU sum), must not replay green. Every number in the model
+is checked by what its field means; the answer is a list of ``(path, problem)`` where ``path`` is
+the JSON path of the value (``gpus[3].nvlinks[7].speed_gbps``), so that callers can name file and key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator
+
+# Fields whose value must be strictly positive: a rate, a duration, a size, a generation.
+_POSITIVE: frozenset[str] = frozenset(
+    {
+        "speed_gbps",
+        "version",
+        "value",  # P2PMeasurement: GB/s or microseconds, both > 0
+        "bytes_copied",
+        "size_bytes",
+        "world_size",
+        "time_us",
+        "pcie_gen_current",
+        "pcie_gen_max",
+        "pcie_gen_gpu_max",
+        "pcie_gen_loaded",
+        "pcie_width_current",
+        "pcie_width_max",
+    }
+)
+
+
+# Fields of a parser's result that are never negative; its other numbers (nccl-tests prints root -1
+# for rootless collectives) are only required to be finite.
+_NEVER_NEGATIVE: frozenset[str] = frozenset(
+    {"errors", "link", "index", "busbw_gbps", "algbw_gbps", "nvlink_bytes", "pcie_bytes"}
+)
+
+
+def value_problems(obj: object, path: str = "") -> list[tuple[str, str]]:
+    """Every impossible number under ``obj`` (a model dataclass), with its JSON path."""
+    return list(_walk(obj, path, "", strict=True))
+
+
+def parsed_value_problems(obj: object) -> list[tuple[str, str]]:
+    """Impossible numbers in a parser's result, before merging can hide them (a max() over counters)."""
+    return list(_walk(obj, "", "", strict=False))
+
+
+def _walk(obj: object, path: str, name: str, *, strict: bool) -> Iterator[tuple[str, str]]:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for spec in dataclasses.fields(obj):
+            yield from _walk(getattr(obj, spec.name), _join(path, spec.name), spec.name, strict=strict)
+    elif isinstance(obj, (list, tuple)):
+        for index, item in enumerate(obj):
+            yield from _walk(item, f"{path}[{index}]", name, strict=strict)
+    elif isinstance(obj, dict):
+        # Counter dicts (errors, errors_run) inherit the rule of the field that holds them.
+        for key, item in obj.items():
+            yield from _walk(item, _join(path, str(key)), name, strict=strict)
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        problem = _number_problem(obj, name, strict=strict)
+        if problem:
+            yield path, problem
+
+
+def _number_problem(value: float, name: str, *, strict: bool) -> str | None:
+    if not math.isfinite(value):
+        return f"{value} is not a finite number"
+    if name in _POSITIVE and value <= 0:
+        return f"{value} is impossible here (must be greater than 0)"
+    # Indices, counters, byte counts and bandwidths are never negative.
+    if value < 0 and (strict or name in _NEVER_NEGATIVE):
+        return f"{value} is impossible here (must not be negative)"
+    return None
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+# Path prefix in the node -> the evidence family whose files filled it (most specific first).
+_FAMILY_OF_PATH: tuple[tuple[str, str], ...] = (
+    (".errors", "nvlink_errors"),
+    (".nvlinks", "nvlinks"),
+    ("measurements.p2p", "p2p_bandwidth"),
+    ("measurements.collectives", "collectives"),
+    ("measurements.nccl", "nccl_transport"),
+    ("gpus", "inventory"),
+    ("paths", "paths"),
+    ("p2p", "p2p"),
+)
+
+
+def evidence_value_error(node: object, provenance: dict[str, str], texts: dict[str, str]) -> str | None:
+    """``file:line: key: problem`` for the first impossible number of an evidence node, else None.
+
+    Parsed values no longer carry their line, so the line is found again by looking for the number
+    in the files that filled that family of facts; when it cannot be found the files are named.
+    """
+    problems = value_problems(node)
+    if not problems:
+        return None
+    path, problem = problems[0]
+    family = next((fam for marker, fam in _FAMILY_OF_PATH if marker in path or path.startswith(marker)), "")
+    files = [name.strip() for name in provenance.get(family, "").split(",") if name.strip()]
+    bad = _number_of(problem)
+    for name in files:
+        line = _line_of(texts.get(name, ""), bad)
+        if line is not None:
+            return f"{name}:{line}: {path}: {problem}"
+    return f"{', '.join(files) or 'evidence'}: {path}: {problem}"
+
+
+def parsed_value_error(result: object, name: str, text: str) -> str | None:
+    """``file:line: key: problem`` for the first impossible number a parser read from one file."""
+    problems = parsed_value_problems(result)
+    if not problems:
+        return None
+    path, problem = problems[0]
+    line = _line_of(text, _number_of(problem))
+    return f"{name}:{line}: {path}: {problem}" if line is not None else f"{name}: {path}: {problem}"
+
+
+def _number_of(problem: str) -> str:
+    return problem.split(" ", 1)[0]
+
+
+def _line_of(text: str, number: str) -> int | None:
+    try:
+        wanted = float(number)
+    except ValueError:
+        return None
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        for token in line.replace(",", " ").replace("|", " ").split():
+            try:
+                if float(token) == wanted or (math.isnan(wanted) and math.isnan(float(token))):
+                    return line_no
+            except ValueError:
+                continue
+    return None
