@@ -92,7 +92,17 @@ def test_frozen_snapshot_gives_the_verdicts_it_always_gave(pytester: pytest.Pyte
     expected |= {
         f"{check}[gpu{a}-gpu{b}]" for check in (*P2P_CHECKS, "test_p2p_path_proof") for a, b in ((2, 6), (6, 2))
     }
+    # A rule added since this file was frozen: the PCIe generation is judged only as sampled under load,
+    # which a schema-1 file never recorded, so those items fail closed as "not measured under load".
+    expected |= {f"test_pcie_link[gpu{i}]" for i in range(8)}
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert len(cases) == 372
     assert failed == expected
+    assert "not measured under load" in _failure(cases["test_pcie_link[gpu0]"])
     result.stdout.fnmatch_lines(["partial audit: 372 of 372 checks had evidence"])
+
+
+def _failure(case: ET.Element) -> str:
+    failure = case.find("failure")
+    assert failure is not None
+    return failure.get("message", "")

@@ -49,7 +49,7 @@ def test_a_threshold_set_without_the_ceiling_fails_instead_of_passing_unbounded(
     ctx = dataclasses.replace(ctx, thresholds=dataclasses.replace(ctx.thresholds, values=values))
     verdict = judges_bandwidth.path_proof(ctx, 0, 1, _copy(10 * GB))
     assert verdict.outcome is Outcome.FAIL
-    assert "no p2p.nvlink_counter_fraction_max" in verdict.message
+    assert "neither sets nor waives p2p.nvlink_counter_fraction_max" in verdict.message
 
 
 def test_replayed_counter_scale_error_fails_through_the_plugin(pytester: pytest.Pytester) -> None:
