@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import sample
+from conftest import sample, topo_p2p_text
 
 from pytest_nvlink.evidence import FAMILIES, EvidenceConflict, EvidenceError, coverage, load_evidence
-from pytest_nvlink.model import Gpu, Node, NvLinkInfo, PairPath
+from pytest_nvlink.model import Gpu, GpuList, Node, NvLinkInfo, PairPath
 from pytest_nvlink.snapshot import snapshot_document
 
 A100_TOPO = "topo/a100-sxm4-80gb-8gpu-distserve3.txt"
@@ -61,7 +61,10 @@ def test_a100_topo_and_p2p_test_merge(tmp_path: Path) -> None:
     assert latency.value == 3.38 and latency.unit == "us"
     assert node.provenance["paths"] == str(root / A100_TOPO)
     assert node.provenance["inventory"] == f"{root / A100_P2P}, {root / A100_TOPO}"
-    assert node.provenance["p2p"] == node.provenance["p2p_bandwidth"] == str(root / A100_P2P)
+    assert node.provenance["p2p_bandwidth"] == str(root / A100_P2P)
+    # CUDA peer access holds over PCIe too: it covers no NVLink P2P status check.
+    assert "p2p" not in node.provenance
+    assert "not NVLink P2P capability" in node.unknown_reasons["p2p"]
 
 
 def test_h100_topo_and_nvlink_status(tmp_path: Path) -> None:
@@ -73,7 +76,7 @@ def test_h100_topo_and_nvlink_status(tmp_path: Path) -> None:
         assert gpu.active_link_count() == 18
         assert gpu.nvlinks is not None and {link.speed_gbps for link in gpu.nvlinks} == {26.562}
         assert all(link.version is None for link in gpu.nvlinks)
-    assert "gpu_count" not in node.unknown_reasons
+    assert node.gpu_list == GpuList(complete=True, source=str(tmp_path / "evidence" / H100_TOPO))
 
 
 def test_nvlink_errors_alone(tmp_path: Path) -> None:
@@ -84,7 +87,8 @@ def test_nvlink_errors_alone(tmp_path: Path) -> None:
     assert links is not None and len(links) == 12
     assert links[0].errors == {"replay": 0, "recovery": 0, "crc_flit": 0}
     assert node.gpus[2].active_link_count() is None  # -e alone does not say which links are up
-    assert "gpu_count" in node.unknown_reasons  # nvlink output is not a complete inventory
+    # nvlink output may cover some GPUs only (-i): it names GPUs, it does not count them
+    assert node.gpu_list == GpuList(complete=False, source=str(tmp_path / "evidence" / A100_ERRORS))
     assert node.provenance["nvlink_errors"].endswith("a100-sxm4-40gb-vm-brev-nvlink-e-all.txt")
     assert "nvlinks" not in node.provenance
 
@@ -171,6 +175,7 @@ def test_every_family_covered_by_a_consistent_set(tmp_path: Path) -> None:
     root = stage(tmp_path, A100_TOPO, A100_P2P, NCCL_LOG)
     write(root, "errors.txt", "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1)\n\t Link 0: Replay Errors: 0\n")
     write(root, "status.txt", "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1)\n\t Link 0: 25.0 GB/s\n")
+    write(root, "p2p-n.txt", topo_p2p_text("n", 8))
     tests = sample(NCCL_TESTS).replace("A100-SXM4-40GB", "A100-SXM4-80GB")
     write(root, "allreduce.log", tests)
     node = load_evidence([root])
