@@ -311,3 +311,51 @@ def test_every_evidence_family_names_the_checks_it_feeds() -> None:
     from pytest_nvlink.report import FAMILY_CHECKS
 
     assert set(FAMILY_CHECKS) == set(FAMILIES)
+
+
+def test_merge_keeps_both_sides_and_names_the_conflicting_field() -> None:
+    from pytest_nvlink.model import P2PStatus
+    from pytest_nvlink.model_merge import MergeConflict, merge_into
+
+    ours = Node(source="evidence", gpus=[Gpu(index=0, nvlinks=[NvLinkInfo(link=0, active=True, errors={"replay": 1})])])
+    ours.p2p = [P2PStatus(0, 1, read="not_supported")]
+    theirs = Node(source="live", driver_version="550.54.15", probe_errors=["NVML: x"])
+    theirs.gpus = [
+        Gpu(index=0, problem="lost", nvlinks=[NvLinkInfo(link=0, version=4, errors={"replay": 3, "crc_flit": 2})])
+    ]
+    theirs.p2p = [P2PStatus(0, 1, read="disabled_by_regkey", nvlink="ok")]
+    merge_into(ours, theirs, "node", skip=frozenset({"source"}))
+    assert ours.source == "evidence" and ours.driver_version == "550.54.15" and ours.probe_errors == ["NVML: x"]
+    assert ours.gpus[0].problem == "lost"
+    # Counters only grow: the later (higher) reading of each wins; fields only one side has are kept.
+    assert ours.gpus[0].nvlinks == [NvLinkInfo(link=0, active=True, version=4, errors={"replay": 3, "crc_flit": 2})]
+    # Two reasons for the same refusal agree; ok against a refusal is a conflict.
+    assert ours.p2p == [P2PStatus(0, 1, read="not_supported", nvlink="ok")]
+    theirs.p2p = [P2PStatus(0, 1, read="ok")]
+    with pytest.raises(MergeConflict) as info:
+        merge_into(ours, theirs, "node", skip=frozenset({"source"}))
+    assert info.value.where == "node.p2p[0-1].read"
+
+
+def test_worst_of_several_figures_is_judged() -> None:
+    from pytest_nvlink.judges_bandwidth import pick_collective
+    from pytest_nvlink.model import CollectiveMeasurement, P2PMeasurement
+    from pytest_nvlink.provider import worst_figure
+
+    fast = P2PMeasurement(0, 1, "unidirectional", 380.0, "GB/s", source="a.txt")
+    slow = P2PMeasurement(0, 1, "unidirectional", 120.0, "GB/s", source="b.txt")
+    worst = worst_figure([fast, slow])
+    assert worst is not None and worst.value == 120.0
+    assert worst.source == "b.txt (worst of 2 figures; also 380 GB/s from a.txt)"
+    crashed = P2PMeasurement(0, 1, "unidirectional", None, "GB/s", error="timed out", source="c.txt")
+    assert worst_figure([fast, crashed, slow]) is not None and worst_figure([fast, crashed, slow]).value is None  # type: ignore[union-attr]
+    low = P2PMeasurement(0, 1, "latency", 2.0, "us", source="a.txt")
+    high = P2PMeasurement(0, 1, "latency", 9.0, "us", source="b.txt")
+    assert worst_figure([high, low]).value == 9.0  # type: ignore[union-attr]
+    assert worst_figure([fast]) is fast and worst_figure([]) is None
+    runs = [
+        CollectiveMeasurement("all_reduce", 1 << 30, 8, 1.0, 1.0, busbw, source=name)
+        for busbw, name in ((480.0, "a"), (300.0, "b"))
+    ]
+    picked = pick_collective("all_reduce", 1024, runs)
+    assert picked is not None and picked.source == "b"
