@@ -132,6 +132,10 @@ class Merger:
                 self._p2p(src, dst, capability, status, file)
         if usable:
             self._note("p2p", file)
+        if "nvlink" not in usable:
+            self.unknown.setdefault(
+                "p2p", f"{file} (topo -p2p) does not state NVLink P2P capability; add `nvidia-smi topo -p2p n`"
+            )
 
     def _p2p(self, src: int, dst: int, capability: str, status: str, file: str) -> None:
         known = self.p2p.get((src, dst, capability))

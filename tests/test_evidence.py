@@ -359,3 +359,21 @@ def test_worst_of_several_figures_is_judged() -> None:
     ]
     picked = pick_collective("all_reduce", 1024, runs)
     assert picked is not None and picked.source == "b"
+
+
+def test_p2p_status_of_an_nvlink_pair_needs_the_nvlink_capability(tmp_path: Path) -> None:
+    from pytest_nvlink.config import load_suite, load_thresholds
+    from pytest_nvlink.judges import Context, p2p_status
+    from pytest_nvlink.verdict import Outcome
+
+    text = sample(A100_P2P).replace("Device=0 CAN Access Peer Device=1", "Device=0 CANNOT Access Peer Device=1")
+    node = load_evidence([write(tmp_path, "p2p.txt", text)])
+    suite = load_suite("a100-8gpu")
+    ctx = Context(node, suite, load_thresholds(suite.thresholds_ref))
+    access_only = p2p_status(ctx, 0, 2)
+    assert access_only.outcome is Outcome.NO_EVIDENCE
+    assert "states CUDA peer access, which P2P over PCIe also grants, not NVLink P2P capability" in access_only.message
+    # A refusal the file does state fails the pair, whatever it leaves unstated.
+    refused = p2p_status(ctx, 0, 1)
+    assert refused.outcome is Outcome.FAIL
+    assert "P2P not usable (read not_supported, write not_supported)" in refused.message
