@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pytest_nvlink.model import (
     CollectiveMeasurement,
     Gpu,
+    GpuList,
     NcclAudit,
     Node,
     NvLinkInfo,
@@ -15,6 +16,7 @@ from pytest_nvlink.model import (
     PairPath,
     normalize_pci_bus_id,
 )
+from pytest_nvlink.model_merge import MergeConflict, merge_into
 from pytest_nvlink.parsers.nccl_tests import NcclTestsResult
 from pytest_nvlink.parsers.nvbandwidth import NvbandwidthResult, Testcase
 from pytest_nvlink.parsers.nvlink import LinkInfo, NvlinkReport
@@ -42,7 +44,6 @@ class _GpuFacts:
     links: dict[int, dict[str, _Fact]] = field(default_factory=dict)  # link -> "active", "speed", ...
     errors: dict[int, dict[str, int]] = field(default_factory=dict)
     all_inactive: str | None = None  # file that said "all links are inactive"
-    snapshot_links: list[NvLinkInfo] | None = None
 
 
 class Merger:
@@ -59,7 +60,7 @@ class Merger:
         self.nccl: NcclAudit | None = None
         self.provenance: dict[str, list[str]] = {}
         self.unknown: dict[str, str] = {}
-        self.hosts: dict[str, str] = {}
+        self.hosts: dict[str, str] = {}  # host name -> the file that names it
         self.snapshot_node: tuple[Node, str] | None = None
 
     # --- bookkeeping ---------------------------------------------------------------------------
@@ -92,6 +93,16 @@ class Merger:
         self.counts.append((count, file))
         self._note("inventory", file)
 
+    def _host(self, host: str, file: str) -> None:
+        # Facts of two servers merged into one node would judge a machine that does not exist.
+        for known, known_file in self.hosts.items():
+            if known != host:
+                raise EvidenceConflict(
+                    f"host: {known_file} comes from host {known!r} but {file} from host {host!r}; "
+                    "evidence must come from the one server being judged"
+                )
+        self.hosts.setdefault(host, file)
+
     # --- per tool ------------------------------------------------------------------------------
 
     def add_topo(self, topo: TopoMatrix, file: str) -> None:
@@ -121,6 +132,10 @@ class Merger:
                 self._p2p(src, dst, capability, status, file)
         if usable:
             self._note("p2p", file)
+        if "nvlink" not in usable:
+            self.unknown.setdefault(
+                "p2p", f"{file} (topo -p2p) does not state NVLink P2P capability; add `nvidia-smi topo -p2p n`"
+            )
 
     def _p2p(self, src: int, dst: int, capability: str, status: str, file: str) -> None:
         known = self.p2p.get((src, dst, capability))
@@ -173,7 +188,12 @@ class Merger:
             for capability in ("read", "write"):
                 self._p2p(src, dst, capability, "ok" if can else "not_supported", file)
         if result.can_access:
-            self._note("p2p", file)
+            # CUDA's "can access peer" also holds for P2P over PCIe, so it covers no NVLink P2P check.
+            self.unknown.setdefault(
+                "p2p",
+                f"{file} (p2pBandwidthLatencyTest) states CUDA peer access, which P2P over PCIe also grants, not "
+                "NVLink P2P capability; add `nvidia-smi topo -p2p n` output",
+            )
         source = f"p2pBandwidthLatencyTest: {file}"
         for kind in ("unidirectional", "bidirectional", "latency"):
             matrix = result.matrices.get((kind, True))
@@ -235,7 +255,7 @@ class Merger:
     def add_nccl_tests(self, result: NcclTestsResult, file: str) -> None:
         if len(result.hosts) == 1:
             # Device lines of a single-host run name real GPUs of this node; a subset is possible (-g 4).
-            self.hosts.setdefault(result.hosts[0], file)
+            self._host(result.hosts[0], file)
             self.lower_bounds.append((max(d.device for d in result.devices) + 1, file))
             self._note("inventory", file)
             for device in result.devices:
@@ -266,65 +286,72 @@ class Merger:
             self._note("nccl_transport", file)
 
     def add_snapshot(self, node: Node, file: str) -> None:
+        """Register the snapshot's facts that text files can also state; ``build`` carries all the rest."""
         if self.snapshot_node is not None:
             raise EvidenceError(f"{file}: only one snapshot per evidence set ({self.snapshot_node[1]} is another)")
         self.snapshot_node = (node, file)
-        if node.gpus:
+        if node.gpu_list is None or node.gpu_list.complete:
             self._count(len(node.gpus), file)
+        else:
+            self.lower_bounds.append((max((gpu.index for gpu in node.gpus), default=-1) + 1, file))
+            self._note("inventory", file)
+        if node.host is not None:
+            self._host(node.host, file)
         for gpu in node.gpus:
             for key in ("name", "uuid", "numa_node", "cpu_affinity"):
                 self._gpu_fact(gpu.index, key, getattr(gpu, key), file)
-            if gpu.nvlinks is not None:
-                self._gpu(gpu.index).snapshot_links = gpu.nvlinks
-                self._note("nvlinks", file)
         for pair in node.paths or []:
             self._path(pair.a, pair.b, pair.path, file)
-            self._note("paths", file)
         for status in node.p2p or []:
             for capability in ("read", "write", "nvlink", "atomics"):
                 value = status.get(capability)
                 if value is not None:
                     self._p2p(status.src, status.dst, capability, value, file)
-                    self._note("p2p", file)
-        self.p2p_measurements.extend(node.measurements.p2p)
-        self.collectives.extend(node.measurements.collectives)
-        if node.measurements.p2p:
-            self._note("p2p_bandwidth", file)
-        if node.measurements.collectives:
-            self._note("collectives", file)
+        for family in _snapshot_families(node):
+            self._note(family, file)
 
     # --- result ----------------------------------------------------------------------------------
 
     def build(self) -> Node:
         node = Node(source="evidence")
-        if self.snapshot_node is not None:
-            base = self.snapshot_node[0]
-            node.driver_version, node.cuda_driver_version = base.driver_version, base.cuda_driver_version
-            node.nvml_version, node.hypervisor, node.host = base.nvml_version, base.hypervisor, base.host
-        node.gpus = [self._build_gpu(index) for index in range(self._gpu_count(node))]
+        count, node.gpu_list = self._gpu_list()
+        node.gpus = [self._build_gpu(index) for index in range(count)]
         node.paths = self._build_paths()
         node.p2p = self._build_p2p()
         node.measurements.p2p = list(self.p2p_measurements)
         node.measurements.collectives = list(self.collectives)
         node.measurements.nccl = self.nccl
-        if node.host is None and len(self.hosts) == 1:
+        if len(self.hosts) == 1:
             node.host = next(iter(self.hosts))
         node.provenance = {family: ", ".join(files) for family, files in self.provenance.items()}
         node.unknown_reasons.update(self.unknown)
+        if self.snapshot_node is not None:
+            self._carry_snapshot(node, *self.snapshot_node)
         return node
 
-    def _gpu_count(self, node: Node) -> int:
+    def _carry_snapshot(self, node: Node, snapshot: Node, file: str) -> None:
+        """Every field of the snapshot, generically, so that a fact the text files cannot state is not lost."""
+        try:
+            merge_into(node, snapshot, "node", skip=frozenset({"source", "provenance", "gpu_list"}))
+        except MergeConflict as exc:
+            others = sorted({f for files in self.provenance.values() for f in files} - {file})
+            raise EvidenceConflict(
+                f"{exc.where}: {file} says {exc.theirs!r} but {', '.join(others) or 'other files'} say {exc.ours!r}"
+            ) from None
+
+    def _gpu_list(self) -> tuple[int, GpuList | None]:
+        """How many GPUs the node has and whether a file lists them all or only names some (a lower bound)."""
         if self.counts:  # _count already made sure they all agree
             count, file = self.counts[0]
             for bound, bound_file in self.lower_bounds:
                 if bound > count:
                     raise EvidenceConflict(f"GPU count: {file} says {count} but {bound_file} names GPU {bound - 1}")
-            return count
+            return count, GpuList(complete=True, source=", ".join(dict.fromkeys(f for _, f in self.counts)))
         count = max([bound for bound, _ in self.lower_bounds] + [max(self.gpus, default=-1) + 1])
-        if count:
-            files = ", ".join(dict.fromkeys(file for _, file in self.lower_bounds))
-            node.unknown_reasons["gpu_count"] = f"no file lists every GPU; {files} name GPUs up to {count - 1}"
-        return count
+        if not count:
+            return 0, None
+        files = ", ".join(dict.fromkeys(file for _, file in self.lower_bounds)) or "the evidence files"
+        return count, GpuList(complete=False, source=files)
 
     def _build_gpu(self, index: int) -> Gpu:
         facts = self.gpus.get(index, _GpuFacts())
@@ -339,8 +366,6 @@ class Merger:
         return gpu
 
     def _build_links(self, facts: _GpuFacts) -> list[NvLinkInfo] | None:
-        if facts.snapshot_links is not None and not facts.links:
-            return facts.snapshot_links
         if facts.all_inactive is not None and not facts.links:
             return []  # nvidia-smi: "all links are inactive"; the per-link list is not printed
         if not facts.links and not facts.errors:
@@ -374,6 +399,22 @@ class Merger:
             status = statuses.setdefault((src, dst), P2PStatus(src, dst))
             setattr(status, capability, str(fact.value))
         return list(statuses.values())
+
+
+def _snapshot_families(node: Node) -> list[str]:
+    """The evidence families a snapshot covers (for the coverage table): what it holds, not what it could."""
+    links = [link for gpu in node.gpus for link in gpu.nvlinks or []]
+    held = {
+        "inventory": True,
+        "paths": node.paths is not None,
+        "p2p": node.p2p is not None,
+        "nvlinks": any(gpu.nvlinks is not None for gpu in node.gpus),
+        "nvlink_errors": any(link.errors is not None for link in links),
+        "p2p_bandwidth": bool(node.measurements.p2p),
+        "collectives": bool(node.measurements.collectives),
+        "nccl_transport": node.measurements.nccl is not None,
+    }
+    return [family for family, present in held.items() if present]
 
 
 def _square(matrices: dict[tuple[str, bool], dict[tuple[int, int], float | None]]) -> int:

@@ -77,11 +77,24 @@ class Context:
         """Evidence files that name no GPUs at all (an NCCL log alone) cannot say a GPU is missing."""
         return self.node.source == "evidence" and not self.node.gpus and "inventory" not in self.node.provenance
 
+    def partial_gpu_list(self) -> str | None:
+        """Why the GPU list is only a lower bound, when no source lists every GPU; None when it is complete."""
+        listed = self.node.gpu_list
+        if listed is None or listed.complete:
+            return None
+        return (
+            f"{listed.source} name(s) GPUs up to GPU {len(self.node.gpus) - 1} but no file lists every GPU "
+            f"(a tool run on some GPUs only), so {len(self.node.gpus)} is only a lower bound for the count"
+        )
+
     def missing_gpu(self, index: int) -> Verdict:
         if self.no_inventory():
             return unknown("evidence", f"GPU {index}", "the evidence files list no GPUs", [])
         found = self.usable_gpus()
         gpu = self.node.gpu(index)
+        partial = self.partial_gpu_list()
+        if gpu is None and partial:
+            return unknown(self.node.source, f"GPU {index}", partial, [])
         if gpu is not None and gpu.problem:
             return failed(
                 f"GPU {index} (bus {gpu.pci_bus_id or 'unknown'}) is unusable: {gpu.problem}; likely cause: the GPU "
@@ -147,6 +160,17 @@ def gpu_count(ctx: Context) -> Verdict:
             f"expected {expected} usable GPUs ({ctx.suite_where('suite.gpu_count')}), found {found}: "
             f"{'; '.join(lost)}; likely cause: a GPU fell off the bus (dmesg Xid 79) — reset or reboot, then check it",
             props,
+        )
+    partial = ctx.partial_gpu_list()
+    if partial and len(ctx.node.gpus) <= expected:
+        # A lower bound above the suite's count still proves too many GPUs (judged below).
+        listed = ctx.node.gpu_list
+        source = listed.source if listed else "unknown"
+        return unknown(
+            ctx.node.source,
+            "the GPU count",
+            partial,
+            [*props, ("gpu_list", "lower bound"), ("gpu_list_source", source)],
         )
     if found < expected:
         return failed(
@@ -573,24 +597,23 @@ def p2p_status(ctx: Context, src: int, dst: int) -> Verdict:
     if guard:
         return guard
     status = ctx.node.p2p_status(src, dst)
+    # Read/write access alone holds for P2P over PCIe too: an NVLink pair needs the NVLink capability stated.
     shown = {cap: (status.get(cap) if status else None) for cap in _P2P_CAPS_ON_NVLINK}
-    if ctx.node.source == "evidence" and shown["nvlink"] is None and None not in (shown["read"], shown["write"]):
-        # Tool outputs such as p2pBandwidthLatencyTest state access, not NVML's NVLink capability.
-        del shown["nvlink"]
     props = [
         ("measured", ",".join(f"{k}={v}" for k, v in shown.items())),
         ("expected", "read,write,nvlink=ok"),
         ("unit", "P2P status"),
         *pair_properties(ctx, src, dst),
     ]
-    if any(v is None for v in shown.values()):
+    # A capability stated unusable fails the pair even when another one was not stated.
+    bad = {cap: str(value) for cap, value in shown.items() if value not in (None, "ok")}
+    if not bad and any(v is None for v in shown.values()):
         return unknown(
             ctx.node.source,
             f"the P2P status GPU {src} -> GPU {dst}",
             ctx.node.unknown_reason(f"p2p{src}-{dst}", ctx.node.unknown_reason("p2p", "P2P status not reported")),
             props,
         )
-    bad = {cap: str(value) for cap, value in shown.items() if value != "ok"}
     if not bad:
         return passed(f"GPU {src} -> GPU {dst}: P2P {'/'.join(shown)} ok", props)
     detail = ", ".join(f"{cap} {value}" for cap, value in bad.items())

@@ -46,6 +46,8 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
     if ok:
         return passed(f"GPU {src} -> GPU {dst}: {kind} {shown}", props)
     word = "below" if comparison == "min" else "above"
+    if ctx.node.source == "evidence" and m.source:
+        shown += f" ({m.source})"  # which file to open; with several files, the worst figure's
     return failed(
         f"GPU {src} -> GPU {dst}: {_label(kind)} {shown}, {word} {threshold.value} {unit} "
         f"({threshold.where()}); likely cause: {_bandwidth_cause(ctx, src, dst, kind, value)}",
@@ -147,7 +149,8 @@ def pick_collective(op: str, size_mib: int, results: list[CollectiveMeasurement]
     mine = [r for r in results if r.op == op]
     exact = [r for r in mine if r.size_bytes == size_mib * MIB]
     if exact:
-        return max(exact, key=lambda r: r.busbw_gbps or 0.0)
+        # Several results at one size (files that disagree): the worst, a failed run first, is the verdict's.
+        return min(exact, key=lambda r: (r.busbw_gbps is not None and not r.error, r.busbw_gbps or 0.0))
     return max(mine, key=lambda r: r.size_bytes, default=None)
 
 

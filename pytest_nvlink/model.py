@@ -206,6 +206,18 @@ class Measurements:
 
 
 @dataclass
+class GpuList:
+    """Whether ``Node.gpus`` lists every GPU of the node, and which source says so.
+
+    Some tools print only the GPUs they were pointed at (``nvidia-smi nvlink -s -i 3``, nccl-tests
+    ``-g 4``), so the highest index they name is a lower bound for the count, not the count.
+    """
+
+    complete: bool  # False: len(gpus) is only a lower bound (GPUs up to the highest index named)
+    source: str  # the file(s) the list comes from
+
+
+@dataclass
 class Node:
     """Everything known about one server, whichever source it came from."""
 
@@ -216,6 +228,8 @@ class Node:
     nvml_version: str | None = None
     hypervisor: bool | None = None
     gpus: list[Gpu] = field(default_factory=list)
+    # None: NVML enumerated every GPU (live probe and its snapshots); evidence always says.
+    gpu_list: GpuList | None = None
     paths: list[PairPath] | None = None
     p2p: list[P2PStatus] | None = None
     nvlink_bw_mode: str | None = None

@@ -7,6 +7,7 @@ a second ago on this machine or read from a snapshot or a vendor's burn-in log.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from pytest_nvlink.config import Suite, Thresholds
@@ -39,12 +40,7 @@ class RecordedMeasurements:
         # A bidirectional figure belongs to the pair, whichever order recorded it.
         pairs = {(src, dst), (dst, src)} if kind == "bidirectional" else {(src, dst)}
         found = [m for m in self._node.measurements.p2p if m.kind == kind and (m.src, m.dst) in pairs]
-        # Several files may measure the same pair; the best figure is what the pair can do.
-        if not found:
-            return None
-        if kind == "latency":
-            return min(found, key=lambda m: m.value if m.value is not None else float("inf"))
-        return max(found, key=lambda m: m.value if m.value is not None else float("-inf"))
+        return worst_figure(found)
 
     def collectives(self) -> list[CollectiveMeasurement]:
         return list(self._node.measurements.collectives)
@@ -54,6 +50,29 @@ class RecordedMeasurements:
 
     def complete(self) -> None:
         return  # recorded figures are final already
+
+
+def worst_figure(found: list[P2PMeasurement]) -> P2PMeasurement | None:
+    """The worst of several figures for one pair (a failed measurement first), naming the others.
+
+    Files that disagree about a pair are not averaged or read in the pair's favour: the pair is only
+    as good as its worst figure, and the verdict names the file that figure came from.
+    """
+    if len(found) <= 1:
+        return found[0] if found else None
+    worst = min(found, key=_badness_order)
+    others = "; ".join(f"{_shown(m)} from {m.source or 'unknown source'}" for m in found if m is not worst)
+    return replace(worst, source=f"{worst.source or 'unknown source'} (worst of {len(found)} figures; also {others})")
+
+
+def _badness_order(m: P2PMeasurement) -> tuple[int, float]:
+    if m.value is None:
+        return (0, 0.0)
+    return (1, -m.value if m.kind == "latency" else m.value)
+
+
+def _shown(m: P2PMeasurement) -> str:
+    return f"{m.value:g} {m.unit}" if m.value is not None else f"no figure ({m.error or 'failed'})"
 
 
 class LiveMeasurements:

@@ -22,6 +22,15 @@ def sample(relative: str) -> str:
     return "\n".join(lines[4:])
 
 
+def topo_p2p_text(capability: str, count: int, cell: str = "OK") -> str:
+    """``nvidia-smi topo -p2p <capability>`` output for ``count`` GPUs, every pair reading ``cell``."""
+    header = " \t" + "".join(f"GPU{i}\t" for i in range(count))
+    rows = [f" GPU{a}\t" + "".join("X\t" if a == b else f"{cell}\t" for b in range(count)) for a in range(count)]
+    return "\n".join(
+        [f"$ nvidia-smi topo -p2p {capability}", header, *rows, "", "Legend:", "", "  OK   = Status Ok", ""]
+    )
+
+
 @pytest.fixture
 def install_fake_nvml(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
     """Put a snapshot-driven fake ``pynvml`` into ``sys.modules`` for the live probe to import."""

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import sample
+from conftest import sample, topo_p2p_text
 
 from pytest_nvlink.evidence import FAMILIES, EvidenceConflict, EvidenceError, coverage, load_evidence
-from pytest_nvlink.model import Gpu, Node, NvLinkInfo, PairPath
+from pytest_nvlink.model import Gpu, GpuList, Node, NvLinkInfo, PairPath
 from pytest_nvlink.snapshot import snapshot_document
 
 A100_TOPO = "topo/a100-sxm4-80gb-8gpu-distserve3.txt"
@@ -61,7 +61,10 @@ def test_a100_topo_and_p2p_test_merge(tmp_path: Path) -> None:
     assert latency.value == 3.38 and latency.unit == "us"
     assert node.provenance["paths"] == str(root / A100_TOPO)
     assert node.provenance["inventory"] == f"{root / A100_P2P}, {root / A100_TOPO}"
-    assert node.provenance["p2p"] == node.provenance["p2p_bandwidth"] == str(root / A100_P2P)
+    assert node.provenance["p2p_bandwidth"] == str(root / A100_P2P)
+    # CUDA peer access holds over PCIe too: it covers no NVLink P2P status check.
+    assert "p2p" not in node.provenance
+    assert "not NVLink P2P capability" in node.unknown_reasons["p2p"]
 
 
 def test_h100_topo_and_nvlink_status(tmp_path: Path) -> None:
@@ -73,7 +76,7 @@ def test_h100_topo_and_nvlink_status(tmp_path: Path) -> None:
         assert gpu.active_link_count() == 18
         assert gpu.nvlinks is not None and {link.speed_gbps for link in gpu.nvlinks} == {26.562}
         assert all(link.version is None for link in gpu.nvlinks)
-    assert "gpu_count" not in node.unknown_reasons
+    assert node.gpu_list == GpuList(complete=True, source=str(tmp_path / "evidence" / H100_TOPO))
 
 
 def test_nvlink_errors_alone(tmp_path: Path) -> None:
@@ -84,7 +87,8 @@ def test_nvlink_errors_alone(tmp_path: Path) -> None:
     assert links is not None and len(links) == 12
     assert links[0].errors == {"replay": 0, "recovery": 0, "crc_flit": 0}
     assert node.gpus[2].active_link_count() is None  # -e alone does not say which links are up
-    assert "gpu_count" in node.unknown_reasons  # nvlink output is not a complete inventory
+    # nvlink output may cover some GPUs only (-i): it names GPUs, it does not count them
+    assert node.gpu_list == GpuList(complete=False, source=str(tmp_path / "evidence" / A100_ERRORS))
     assert node.provenance["nvlink_errors"].endswith("a100-sxm4-40gb-vm-brev-nvlink-e-all.txt")
     assert "nvlinks" not in node.provenance
 
@@ -171,6 +175,7 @@ def test_every_family_covered_by_a_consistent_set(tmp_path: Path) -> None:
     root = stage(tmp_path, A100_TOPO, A100_P2P, NCCL_LOG)
     write(root, "errors.txt", "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1)\n\t Link 0: Replay Errors: 0\n")
     write(root, "status.txt", "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1)\n\t Link 0: 25.0 GB/s\n")
+    write(root, "p2p-n.txt", topo_p2p_text("n", 8))
     tests = sample(NCCL_TESTS).replace("A100-SXM4-40GB", "A100-SXM4-80GB")
     write(root, "allreduce.log", tests)
     node = load_evidence([root])
@@ -306,3 +311,69 @@ def test_every_evidence_family_names_the_checks_it_feeds() -> None:
     from pytest_nvlink.report import FAMILY_CHECKS
 
     assert set(FAMILY_CHECKS) == set(FAMILIES)
+
+
+def test_merge_keeps_both_sides_and_names_the_conflicting_field() -> None:
+    from pytest_nvlink.model import P2PStatus
+    from pytest_nvlink.model_merge import MergeConflict, merge_into
+
+    ours = Node(source="evidence", gpus=[Gpu(index=0, nvlinks=[NvLinkInfo(link=0, active=True, errors={"replay": 1})])])
+    ours.p2p = [P2PStatus(0, 1, read="not_supported")]
+    theirs = Node(source="live", driver_version="550.54.15", probe_errors=["NVML: x"])
+    theirs.gpus = [
+        Gpu(index=0, problem="lost", nvlinks=[NvLinkInfo(link=0, version=4, errors={"replay": 3, "crc_flit": 2})])
+    ]
+    theirs.p2p = [P2PStatus(0, 1, read="disabled_by_regkey", nvlink="ok")]
+    merge_into(ours, theirs, "node", skip=frozenset({"source"}))
+    assert ours.source == "evidence" and ours.driver_version == "550.54.15" and ours.probe_errors == ["NVML: x"]
+    assert ours.gpus[0].problem == "lost"
+    # Counters only grow: the later (higher) reading of each wins; fields only one side has are kept.
+    assert ours.gpus[0].nvlinks == [NvLinkInfo(link=0, active=True, version=4, errors={"replay": 3, "crc_flit": 2})]
+    # Two reasons for the same refusal agree; ok against a refusal is a conflict.
+    assert ours.p2p == [P2PStatus(0, 1, read="not_supported", nvlink="ok")]
+    theirs.p2p = [P2PStatus(0, 1, read="ok")]
+    with pytest.raises(MergeConflict) as info:
+        merge_into(ours, theirs, "node", skip=frozenset({"source"}))
+    assert info.value.where == "node.p2p[0-1].read"
+
+
+def test_worst_of_several_figures_is_judged() -> None:
+    from pytest_nvlink.judges_bandwidth import pick_collective
+    from pytest_nvlink.model import CollectiveMeasurement, P2PMeasurement
+    from pytest_nvlink.provider import worst_figure
+
+    fast = P2PMeasurement(0, 1, "unidirectional", 380.0, "GB/s", source="a.txt")
+    slow = P2PMeasurement(0, 1, "unidirectional", 120.0, "GB/s", source="b.txt")
+    worst = worst_figure([fast, slow])
+    assert worst is not None and worst.value == 120.0
+    assert worst.source == "b.txt (worst of 2 figures; also 380 GB/s from a.txt)"
+    crashed = P2PMeasurement(0, 1, "unidirectional", None, "GB/s", error="timed out", source="c.txt")
+    assert worst_figure([fast, crashed, slow]) is not None and worst_figure([fast, crashed, slow]).value is None  # type: ignore[union-attr]
+    low = P2PMeasurement(0, 1, "latency", 2.0, "us", source="a.txt")
+    high = P2PMeasurement(0, 1, "latency", 9.0, "us", source="b.txt")
+    assert worst_figure([high, low]).value == 9.0  # type: ignore[union-attr]
+    assert worst_figure([fast]) is fast and worst_figure([]) is None
+    runs = [
+        CollectiveMeasurement("all_reduce", 1 << 30, 8, 1.0, 1.0, busbw, source=name)
+        for busbw, name in ((480.0, "a"), (300.0, "b"))
+    ]
+    picked = pick_collective("all_reduce", 1024, runs)
+    assert picked is not None and picked.source == "b"
+
+
+def test_p2p_status_of_an_nvlink_pair_needs_the_nvlink_capability(tmp_path: Path) -> None:
+    from pytest_nvlink.config import load_suite, load_thresholds
+    from pytest_nvlink.judges import Context, p2p_status
+    from pytest_nvlink.verdict import Outcome
+
+    text = sample(A100_P2P).replace("Device=0 CAN Access Peer Device=1", "Device=0 CANNOT Access Peer Device=1")
+    node = load_evidence([write(tmp_path, "p2p.txt", text)])
+    suite = load_suite("a100-8gpu")
+    ctx = Context(node, suite, load_thresholds(suite.thresholds_ref))
+    access_only = p2p_status(ctx, 0, 2)
+    assert access_only.outcome is Outcome.NO_EVIDENCE
+    assert "states CUDA peer access, which P2P over PCIe also grants, not NVLink P2P capability" in access_only.message
+    # A refusal the file does state fails the pair, whatever it leaves unstated.
+    refused = p2p_status(ctx, 0, 1)
+    assert refused.outcome is Outcome.FAIL
+    assert "P2P not usable (read not_supported, write not_supported)" in refused.message
