@@ -234,10 +234,19 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
 
 
 def _expects_nvlink(ctx: Context, src_dev: int, dst_dev: int) -> bool:
-    """NCCL names CUDA devices; the suite speaks NVML indices, joined where the probe knows both."""
-    by_cuda = {gpu.cuda_index: gpu.index for gpu in ctx.node.gpus if gpu.cuda_index is not None}
-    src, dst = by_cuda.get(src_dev, src_dev), by_cuda.get(dst_dev, dst_dev)
+    src, dst = channel_gpu(src_dev), channel_gpu(dst_dev)
     return src == dst or ctx.suite.pair_expects_nvlink(src, dst)
+
+
+def channel_gpu(channel_dev: int) -> int:
+    """The NVML index of the GPU in a ``Channel … R[D] -> R[D]`` line: ``D`` is already NVML's.
+
+    NCCL prints ``peerInfo->nvmlDev`` there (NVIDIA/nccl src/transport/p2p.cc, shm.cc), the index
+    NVML gives the rank's GPU, not its CUDA index: remapping it through the CUDA order picks the
+    wrong GPUs whenever CUDA_VISIBLE_DEVICES reorders devices (rank 1 of a two-pod H20 log reads
+    ``cudaDev 0 nvmlDev 2`` and its channels ``1[2] -> 0[0]``).
+    """
+    return channel_dev
 
 
 def _env_note(audit: NcclAudit) -> str:

@@ -299,10 +299,8 @@ class FakeNvml:
         return str(self._gpu_fact(handle, "vbios"))
 
     def nvmlDeviceGetNumaNodeId(self, handle: Any) -> int:
-        gpu = self._dev(handle)
-        if gpu.numa_node is None and f"gpu{gpu.index}.numa_node" not in self.node.unknown_reasons:
-            return -1  # NVML's answer for "no NUMA affinity"
-        return int(self._gpu_fact(handle, "numa_node"))
+        # GPU memory as a NUMA node: NotSupported on x86 hosts (the shipped snapshots' case).
+        return int(self._gpu_fact(handle, "gpu_memory_numa_node"))
 
     def nvmlDeviceGetPciInfo_v3(self, handle: Any) -> nvmlPciInfo_t:
         gpu = self._dev(handle)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from fake_nvml_api import (
     CONSTANTS,
@@ -55,6 +56,7 @@ __all__ = [
     "c_nvmlGpuFabricInfo_t",
     "c_nvmlGpuFabricInfo_v2_t",
     "c_nvmlValue_t",
+    "fake_sysfs_pci",
     "make_fake_pynvml",
     "nvmlExceptionClass",
     "nvmlPciInfo_t",
@@ -122,3 +124,13 @@ def make_fake_pynvml(
         inject_error=state.inject_error,
     )
     return module
+
+
+def fake_sysfs_pci(node: Node, root: Path) -> Path:
+    """A ``/sys/bus/pci/devices`` tree giving each GPU's CPU NUMA node (-1 where the node has none)."""
+    for gpu in node.gpus:
+        if gpu.pci_bus_id:
+            device = root / gpu.pci_bus_id
+            device.mkdir(parents=True, exist_ok=True)
+            (device / "numa_node").write_text(f"{gpu.numa_node if gpu.numa_node is not None else -1}\n")
+    return root
