@@ -110,6 +110,7 @@ class FakeNvml:
         pcie_levels: Mapping[tuple[int, int], str] | None = None,
         pcie_counter_bits: int | None = None,
         remote_bus_id_junk: bytes = b"",
+        raw_fields: Mapping[tuple[int, int | None], int] | None = None,
     ) -> None:
         self.node = node if node is not None else Node(source="fake")
         by_index = {gpu.index: gpu for gpu in self.node.gpus}
@@ -128,6 +129,9 @@ class FakeNvml:
         self.pcie_levels = dict(pcie_levels or {})
         self.pcie_counter_bits = pcie_counter_bits
         self.remote_bus_id_junk = remote_bus_id_junk
+        # (fieldId, scopeId or None for any) -> the raw value NVML would answer, bypassing the
+        # fake's own encoding of the node: tests anchor units on values documented elsewhere.
+        self.raw_fields = dict(raw_fields or {})
         self.init_count = 0
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
         self.injected: dict[tuple[str, int | None], int] = {}
@@ -428,6 +432,9 @@ class FakeNvml:
     def _field(self, gpu: Gpu, field_id: int, scope_id: int) -> tuple[int, int | float]:
         if field_id in self.unsupported_fields:
             raise _FieldFailure(C["NVML_ERROR_NOT_SUPPORTED"])
+        for key in ((field_id, scope_id), (field_id, None)):
+            if key in self.raw_fields:
+                return 3 if field_id in (138, 139, 197, 198) else 1, self.raw_fields[key]
         if field_id in (197, 198):
             return self._pcie_counter(gpu, field_id)
         links = self._field_links(gpu)

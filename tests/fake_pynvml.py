@@ -78,6 +78,7 @@ def make_fake_pynvml(
     pcie_levels: Mapping[tuple[int, int], str] | None = None,
     pcie_counter_bits: int | None = None,
     remote_bus_id_junk: bytes = b"",
+    raw_fields: Mapping[tuple[int, int | None], int] | None = None,
 ) -> types.ModuleType:
     """A module that behaves like ``pynvml`` on the machine ``node`` describes.
 
@@ -100,6 +101,7 @@ def make_fake_pynvml(
         pcie_levels=pcie_levels,
         pcie_counter_bits=pcie_counter_bits,
         remote_bus_id_junk=remote_bus_id_junk,
+        raw_fields=raw_fields,
     )
     module = types.ModuleType("pynvml", "Fake pynvml (tests/fake_pynvml.py)")
     module.__dict__.update(CONSTANTS)
