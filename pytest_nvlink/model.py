@@ -152,6 +152,9 @@ class P2PMeasurement:
     can_access_peer: bool | None = None
     error: str | None = None
     source: str | None = None  # e.g. "torch", "p2pBandwidthLatencyTest: file.txt"
+    # Bidirectional figures only: True when the figure adds both directions (p2pBandwidthLatencyTest,
+    # the live engine), False when it is per direction (nvbandwidth >= 0.6); None when unknown.
+    bidirectional_sum: bool | None = None
 
 
 @dataclass

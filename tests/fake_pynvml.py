@@ -79,6 +79,9 @@ def make_fake_pynvml(
     pcie_counter_bits: int | None = None,
     remote_bus_id_junk: bytes = b"",
     raw_fields: Mapping[tuple[int, int | None], int] | None = None,
+    counter_lag_reads: int = 0,
+    background_bytes_per_read: int = 0,
+    aggregate_scope_fails: bool = False,
 ) -> types.ModuleType:
     """A module that behaves like ``pynvml`` on the machine ``node`` describes.
 
@@ -102,6 +105,9 @@ def make_fake_pynvml(
         pcie_counter_bits=pcie_counter_bits,
         remote_bus_id_junk=remote_bus_id_junk,
         raw_fields=raw_fields,
+        counter_lag_reads=counter_lag_reads,
+        background_bytes_per_read=background_bytes_per_read,
+        aggregate_scope_fails=aggregate_scope_fails,
     )
     module = types.ModuleType("pynvml", "Fake pynvml (tests/fake_pynvml.py)")
     module.__dict__.update(CONSTANTS)
