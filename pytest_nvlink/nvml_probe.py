@@ -456,7 +456,10 @@ def torch_cuda_devices() -> list[tuple[int, str | None, str | None]]:
 
 
 def _torch_device(torch: Any, index: int) -> tuple[int, str | None, str | None]:
-    props = torch.cuda.get_device_properties(index)
+    try:
+        props = torch.cuda.get_device_properties(index)
+    except Exception:  # a GPU CUDA cannot describe joins nothing (reported as not visible to CUDA)
+        return index, None, None
     raw_uuid = getattr(props, "uuid", None)
     device_uuid = str(raw_uuid) if raw_uuid is not None else None
     bus, domain, device = (getattr(props, name, None) for name in ("pci_bus_id", "pci_domain_id", "pci_device_id"))

@@ -7,12 +7,16 @@ a second ago on this machine or read from a snapshot or a vendor's burn-in log.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pytest_nvlink.config import Suite, Thresholds
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, Node, P2PMeasurement
 
+if TYPE_CHECKING:
+    from pytest_nvlink.measure.p2p import CounterReaderFactory, EngineFactory
+
 Progress = Callable[[str], None]
+CudaDevices = Callable[[], "list[tuple[int, str | None, str | None]] | str"]
 
 
 class MeasurementProvider(Protocol):
@@ -55,8 +59,22 @@ class LiveMeasurements:
     """
 
     def __init__(
-        self, node: Node, suite: Suite, thresholds: Thresholds, progress: Progress, backend: str | None = None
+        self,
+        node: Node,
+        suite: Suite,
+        thresholds: Thresholds,
+        progress: Progress,
+        backend: str | None = None,
+        *,
+        engine_factory: EngineFactory | None = None,
+        counter_factory: CounterReaderFactory | None = None,
+        cuda_devices: CudaDevices | None = None,
     ) -> None:
+        """``engine_factory``/``counter_factory`` replace the CUDA copy engine and NVML counters
+        (picklable, built in the child); ``cuda_devices`` replaces the child that lists CUDA devices."""
+        self._engine_factory = engine_factory
+        self._counter_factory = counter_factory
+        self._cuda_devices = cuda_devices
         self._node = node
         self._suite = suite
         self._thresholds = thresholds
@@ -67,11 +85,17 @@ class LiveMeasurements:
         self._recorded = RecordedMeasurements(node)
 
     def _cuda_of(self) -> dict[int, int]:
-        # torch is imported only here, so topology-only runs never pay for it.
+        # CUDA is asked in a child process: the pytest process stays NVML-only (no CUDA context).
         if self._node.gpus and all(gpu.cuda_index is None for gpu in self._node.gpus):
-            from pytest_nvlink.nvml_probe import join_cuda_indices, torch_cuda_devices
+            from pytest_nvlink.measure.cuda_join import cuda_devices_in_child
+            from pytest_nvlink.nvml_probe import join_cuda_indices
 
-            join_cuda_indices(self._node, torch_cuda_devices())
+            devices = (self._cuda_devices or cuda_devices_in_child)()
+            if isinstance(devices, str):
+                for gpu in self._node.gpus:
+                    self._node.unknown_reasons[f"gpu{gpu.index}.cuda_index"] = devices
+            else:
+                join_cuda_indices(self._node, devices)
         return {gpu.index: gpu.cuda_index for gpu in self._node.gpus if gpu.cuda_index is not None}
 
     def p2p(self, src: int, dst: int, kind: str) -> P2PMeasurement | None:
@@ -79,7 +103,15 @@ class LiveMeasurements:
             self._p2p_done = True
             from pytest_nvlink.live import measure_p2p
 
-            self._node.measurements.p2p.extend(measure_p2p(self._node, self._suite, self._cuda_of(), self._progress))
+            measured = measure_p2p(
+                self._node,
+                self._suite,
+                self._cuda_of(),
+                self._progress,
+                engine_factory=self._engine_factory,
+                counter_factory=self._counter_factory,
+            )
+            self._node.measurements.p2p.extend(measured)
         return self._recorded.p2p(src, dst, kind)
 
     def collectives(self) -> list[CollectiveMeasurement]:
