@@ -137,3 +137,10 @@ def test_bidirectional_is_the_union_of_both_directions_and_a_sum() -> None:
     # 2 x 640 MiB over the slower direction's 640 MiB / 50 GB/s.
     assert bidi.value == pytest.approx(100.0)
     assert bidi.bidirectional_sum is True
+
+
+def test_collective_time_is_averaged_over_ranks_like_nccl_tests() -> None:
+    from pytest_nvlink.measure.collectives import rank_time_s
+
+    assert rank_time_s([{"mean_s": 1.0}, {"mean_s": 3.0}]) == 2.0  # not the slowest rank's 3.0
+    assert rank_time_s([]) == 0.0
