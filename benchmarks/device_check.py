@@ -109,7 +109,7 @@ def _in_child(name: str, timeout_s: float = CHILD_TIMEOUT_S) -> Result:
 
 def _cuda() -> Any:
     try:
-        import torch  # noqa: PLC0415  # children only
+        import torch  # children only
     except ImportError as exc:
         raise CouldNotRun(f"torch is not importable: {exc}") from None
     if not torch.cuda.is_available():
@@ -122,7 +122,7 @@ def _cuda() -> Any:
 
 def section_probe() -> Result:
     """probe_node() end to end: which facts are known, which unknown and why."""
-    from pytest_nvlink.nvml_probe import probe_node  # noqa: PLC0415
+    from pytest_nvlink.nvml_probe import probe_node
 
     node = probe_node()
     if not node.gpus:
@@ -160,7 +160,9 @@ def section_nvml_fields() -> Result:
         handle = nvml.nvmlDeviceGetHandleByIndex(0)
         answers = {label: _field_answer(nvml, handle, fid, scope) for label, fid, scope in PROBE_FIELDS}
         count = answers["NVLINK_LINK_COUNT"]["value"] or 0
-        per_link = [_field_answer(nvml, handle, nvml_fields.FI_NVLINK_THROUGHPUT_DATA_TX, link) for link in range(count)]
+        per_link = [
+            _field_answer(nvml, handle, nvml_fields.FI_NVLINK_THROUGHPUT_DATA_TX, link) for link in range(count)
+        ]
         values = [answer["value"] for answer in per_link]
         link_sum = sum(values) if values and None not in values else None
         aggregate = _field_answer(nvml, handle, nvml_fields.FI_NVLINK_THROUGHPUT_DATA_TX, nvml_fields.SCOPE_ALL_LINKS)
@@ -176,8 +178,8 @@ def section_nvml_fields() -> Result:
 
 def section_cuda_join() -> Result:
     """The CUDA<->NVML join (listed by a child) and whether this parent holds a CUDA context."""
-    from pytest_nvlink.measure.cuda_join import cuda_devices_in_child  # noqa: PLC0415
-    from pytest_nvlink.nvml_probe import join_cuda_indices, probe_node  # noqa: PLC0415
+    from pytest_nvlink.measure.cuda_join import cuda_devices_in_child
+    from pytest_nvlink.nvml_probe import join_cuda_indices, probe_node
 
     node = probe_node()
     if not node.gpus:
@@ -214,7 +216,7 @@ def _parent_has_context() -> bool | None:
 def child_counter_freshness() -> Result:
     """PCIe counter unit and freshness: a 1 GiB host->device copy, counters read at 0, 10 ms, 100 ms, 1 s."""
     torch = _cuda()
-    from pytest_nvlink import nvml_counters  # noqa: PLC0415
+    from pytest_nvlink import nvml_counters
 
     nvml = _nvml()
     try:
@@ -237,7 +239,7 @@ def child_counter_freshness() -> Result:
 def child_timing_floors() -> Result:
     """D2D on one device: blocker method vs the naive event loop, latency (16 B) and bandwidth (256 MiB)."""
     _cuda()
-    from pytest_nvlink.measure.cuda_engine import LATENCY_BYTES, CudaCopyEngine  # noqa: PLC0415
+    from pytest_nvlink.measure.cuda_engine import LATENCY_BYTES, CudaCopyEngine
 
     engine = CudaCopyEngine()
     engine.copy(0, 0, LATENCY_BYTES, 10)
@@ -262,9 +264,9 @@ def child_p2p_pair() -> Result:
     torch = _cuda()
     if torch.cuda.device_count() < 2:
         raise CouldNotRun(f"P2P needs 2 GPUs; CUDA sees {torch.cuda.device_count()}")
-    from pytest_nvlink.measure.cuda_engine import CudaCopyEngine  # noqa: PLC0415
-    from pytest_nvlink.measure.p2p import P2PPlan, run_campaign  # noqa: PLC0415
-    from pytest_nvlink.measure.runner import NvmlCounterFactory  # noqa: PLC0415
+    from pytest_nvlink.measure.cuda_engine import CudaCopyEngine
+    from pytest_nvlink.measure.p2p import P2PPlan, run_campaign
+    from pytest_nvlink.measure.runner import NvmlCounterFactory
 
     engine = CudaCopyEngine()
     plan = P2PPlan(gpus=(0, 1), nbytes=256 * MIB, iterations=20, warmup=3, latency_iterations=100)
@@ -279,8 +281,8 @@ def child_p2p_pair() -> Result:
 def child_nccl() -> Result:
     """NCCL with one rank and with every local GPU: the five collectives, verified, with their logs."""
     torch = _cuda()
-    from pytest_nvlink.config import Measure  # noqa: PLC0415
-    from pytest_nvlink.measure.runner import MeasurementSession  # noqa: PLC0415
+    from pytest_nvlink.config import Measure
+    from pytest_nvlink.measure.runner import MeasurementSession
 
     worlds = sorted({1, torch.cuda.device_count()})
     runs = {}
@@ -300,7 +302,7 @@ def child_nccl() -> Result:
 
 def nccl_line_shapes(texts: Any) -> dict[str, Any]:
     """The WARN/INFO prefixes this NCCL writes, with digits masked, and how many our parser reads."""
-    from pytest_nvlink.parsers import nccl_log  # noqa: PLC0415
+    from pytest_nvlink.parsers import nccl_log
 
     shapes: dict[str, int] = {}
     unparsed = 0
@@ -348,7 +350,9 @@ def summary(report: dict[str, Any]) -> str:
         section = report["sections"][name]
         if section["status"] == "ok":
             lines.append(f"  {name}: ok")
-            lines += [f"      {key}: {json.dumps(value, default=str)[:160]}" for key, value in section["result"].items()]
+            lines += [
+                f"      {key}: {json.dumps(value, default=str)[:160]}" for key, value in section["result"].items()
+            ]
         else:
             lines.append(f"  {name}: {section['status']}: {section['reason']}")
     return "\n".join(lines)

@@ -35,7 +35,7 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
         return guard
     if threshold is None:
         return not_applicable(f"threshold set {ctx.thresholds.name} sets no {key}")
-    value = m.value if m is not None else None
+    value = _comparable(m)
     bound = f"{'>=' if comparison == 'min' else '<='} {threshold.value}"
     props = measured_properties(value, bound, unit, threshold) + _pair_props(ctx, src, dst, m)
     if m is None or value is None:
@@ -51,6 +51,16 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
         f"({threshold.where()}); likely cause: {_bandwidth_cause(ctx, src, dst, kind, value)}",
         props,
     )
+
+
+def _comparable(m: P2PMeasurement | None) -> float | None:
+    """The figure on the thresholds' scale: bidirectional minimums are sums of both directions
+    (p2pBandwidthLatencyTest's definition), so a per-direction figure (nvbandwidth >= 0.6) counts twice."""
+    if m is None or m.value is None:
+        return None
+    if m.kind == "bidirectional" and m.bidirectional_sum is False:
+        return 2 * m.value
+    return m.value
 
 
 def _label(kind: str) -> str:

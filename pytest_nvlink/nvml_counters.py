@@ -65,9 +65,10 @@ def read_traffic(nvml: types.ModuleType, handle: Any) -> Traffic:
         return Traffic(note=f"NVML counters unreadable: {exc}")
     values: dict[str, int | None] = {}
     notes: list[str] = []
-    for (name, request, unit), reading in zip(_COUNTERS, readings, strict=True):
-        if not reading.ok and request[1] == SCOPE_ALL_LINKS and reading.nvml_return != NVML_ERROR_NO_PERMISSION:
-            reading = _per_link_sum(nvml, handle, request[0]) or reading
+    for (name, request, unit), answer in zip(_COUNTERS, readings, strict=True):
+        reading = answer
+        if not answer.ok and request[1] == SCOPE_ALL_LINKS and answer.nvml_return != NVML_ERROR_NO_PERMISSION:
+            reading = _per_link_sum(nvml, handle, request[0]) or answer
         if reading.ok and isinstance(reading.value, int):
             values[name] = reading.value * unit
         else:

@@ -33,9 +33,9 @@ from pytest_nvlink.nvml_fields import (
     FieldReading,
     bus_id_of,
     import_pynvml,
-    raw_bus_id,
     nvml_error_name,
     nvml_reason,
+    raw_bus_id,
     read_fields,
     text,
 )

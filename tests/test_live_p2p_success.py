@@ -19,7 +19,6 @@ from pytest_nvlink.measure.p2p import SimulatedCopyEngine, SimulatedCounters
 from pytest_nvlink.model import Measurements, Node
 from pytest_nvlink.provider import LiveMeasurements
 from pytest_nvlink.snapshot import load_snapshot
-from pytest_nvlink.verdict import Outcome
 
 KINDS = ("unidirectional", "bidirectional", "latency")
 

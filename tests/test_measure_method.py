@@ -8,16 +8,21 @@ is repeated) is tested here, against the simulated engine and the fake NVML's im
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
+from conftest import SNAPSHOTS
 from fake_pynvml import make_fake_pynvml
+from test_judges import context
 
+from pytest_nvlink import judges_bandwidth
 from pytest_nvlink.measure import p2p
+from pytest_nvlink.measure.collectives import rank_time_s
 from pytest_nvlink.measure.cuda_engine import BlockerTooShort, CudaCopyEngine, Timed
 from pytest_nvlink.measure.p2p import P2PPlan, SimulatedCopyEngine, SimulatedCounters
+from pytest_nvlink.model import P2PMeasurement
 from pytest_nvlink.nvml_counters import read_traffic
 from pytest_nvlink.snapshot import load_snapshot
-from conftest import SNAPSHOTS
 
 MIB = 1 << 20
 
@@ -48,7 +53,7 @@ def test_pcie_fallback_shows_on_the_pcie_counters() -> None:
 class FakeNvmlReader:
     """A CounterReader over the fake pynvml, the copy accounted as NVML would see it."""
 
-    def __init__(self, **options: int | bool) -> None:
+    def __init__(self, **options: Any) -> None:
         node = load_snapshot(SNAPSHOTS / "h100-8gpu-healthy.json")
         self.fake = make_fake_pynvml(node, **options)
         self.fake.nvmlInit()
@@ -68,7 +73,7 @@ class CountedEngine(SimulatedCopyEngine):
         return super().copy(src, dst, nbytes, iterations)
 
 
-def _proof(reader: FakeNvmlReader, **kw: float) -> p2p.P2PMeasurement:
+def _proof(reader: FakeNvmlReader, **kw: float) -> P2PMeasurement:
     results = p2p.run_campaign(plan(proof_seconds=0.01, **kw), CountedEngine(reader), reader)
     return next(m for m in results if (m.src, m.dst, m.kind) == (0, 1, "unidirectional"))
 
@@ -140,7 +145,14 @@ def test_bidirectional_is_the_union_of_both_directions_and_a_sum() -> None:
 
 
 def test_collective_time_is_averaged_over_ranks_like_nccl_tests() -> None:
-    from pytest_nvlink.measure.collectives import rank_time_s
-
     assert rank_time_s([{"mean_s": 1.0}, {"mean_s": 3.0}]) == 2.0  # not the slowest rank's 3.0
     assert rank_time_s([]) == 0.0
+
+
+def test_per_direction_bidirectional_figure_is_judged_as_the_sum() -> None:
+    ctx = context()  # h100-sxm: bidirectional_min_gbps = 666 (a sum of both directions)
+    per_direction = P2PMeasurement(0, 1, "bidirectional", 370.0, "GB/s", bidirectional_sum=False)
+    verdict = judges_bandwidth.p2p_figure(ctx, 0, 1, "bidirectional", per_direction)
+    assert verdict.ok and "bidirectional 740.0 GB/s" in verdict.message
+    summed = P2PMeasurement(0, 1, "bidirectional", 370.0, "GB/s", bidirectional_sum=True)
+    assert not judges_bandwidth.p2p_figure(ctx, 0, 1, "bidirectional", summed).ok

@@ -67,7 +67,9 @@ def _context(suite_name: str, cuda_order: list[int] | None = None) -> Context:
 
 def _audit(*channels: tuple[int, int, int, int, str]) -> NcclAudit:
     return NcclAudit(
-        channels=[TransportChannel(0, sr, sd, dr, dd, detail.split("/")[0], detail) for sr, sd, dr, dd, detail in channels]
+        channels=[
+            TransportChannel(0, sr, sd, dr, dd, detail.split("/")[0], detail) for sr, sd, dr, dd, detail in channels
+        ]
     )
 
 

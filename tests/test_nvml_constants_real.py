@@ -32,8 +32,9 @@ def real() -> types.ModuleType:
 
 
 def test_field_ids_match_the_real_module(real: types.ModuleType) -> None:
-    assert nvml_fields.FI_NVLINK_SPEED_MBPS_PER_LINK == tuple(
-        getattr(real, f"NVML_FI_DEV_NVLINK_SPEED_MBPS_L{link}") for link in range(12)
+    assert (
+        tuple(getattr(real, f"NVML_FI_DEV_NVLINK_SPEED_MBPS_L{link}") for link in range(12))
+        == nvml_fields.FI_NVLINK_SPEED_MBPS_PER_LINK
     )
     pairs = {
         "FI_NVLINK_SPEED_MBPS_COMMON": "NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON",
@@ -52,12 +53,12 @@ def test_field_ids_match_the_real_module(real: types.ModuleType) -> None:
 
 
 def test_enums_match_the_real_module(real: types.ModuleType) -> None:
-    assert nvml_fields.P2P_INDEX == {
+    assert {
         "read": real.NVML_P2P_CAPS_INDEX_READ[0],  # the tuple (0,) in the real module
         "write": real.NVML_P2P_CAPS_INDEX_WRITE,
         "nvlink": real.NVML_P2P_CAPS_INDEX_NVLINK,
         "atomics": real.NVML_P2P_CAPS_INDEX_ATOMICS,
-    }
+    } == nvml_fields.P2P_INDEX
     for code, name in nvml_fields.P2P_STATUS_NAMES.items():
         assert getattr(real, f"NVML_P2P_STATUS_{name.upper()}") == code, name
     topology = {"PIX": "SINGLE", "PXB": "MULTIPLE", "PHB": "HOSTBRIDGE", "NODE": "NODE", "SYS": "SYSTEM"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fake_pynvml import fake_sysfs_pci, make_fake_pynvml
 
 from pytest_nvlink.nvml_probe import probe_node
@@ -19,7 +20,7 @@ def _cpuinfo(tmp_path: Path) -> Path:
     return path
 
 
-def test_garbage_gpu_bus_id_is_an_unknown_fact_not_a_crash(tmp_path: Path) -> None:
+def test_garbage_gpu_bus_id_is_an_unknown_fact_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     node = load_snapshot(SNAPSHOTS / "h100-8gpu-healthy.json")
     fake = make_fake_pynvml(node)
     real_pci = fake.nvmlDeviceGetPciInfo
@@ -30,21 +31,21 @@ def test_garbage_gpu_bus_id_is_an_unknown_fact_not_a_crash(tmp_path: Path) -> No
         info.busIdLegacy = b"\xc3"
         return info
 
-    fake.nvmlDeviceGetPciInfo = garbage_pci
+    monkeypatch.setattr(fake, "nvmlDeviceGetPciInfo", garbage_pci)
     probed = probe_node(fake, cpuinfo_path=_cpuinfo(tmp_path), sysfs_pci=tmp_path / "nosys")
     assert probed.gpus[0].pci_bus_id is None
     assert probed.unknown_reasons["gpu0.pci_bus_id"] == "NVML returned an invalid bus id b'\\xff\\xfe\\x01'"
     assert probed.gpus[0].name == "NVIDIA H100 80GB HBM3"  # the rest of the GPU is still probed
 
 
-def test_non_utf8_string_answer_is_an_unknown_fact(tmp_path: Path) -> None:
+def test_non_utf8_string_answer_is_an_unknown_fact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     node = load_snapshot(SNAPSHOTS / "h100-8gpu-healthy.json")
     fake = make_fake_pynvml(node)
 
     def serial(handle: Any) -> str:
         return b"\xff\x00".decode()  # what nvidia-ml-py's convertStrBytes does with such bytes
 
-    fake.nvmlDeviceGetSerial = serial
+    monkeypatch.setattr(fake, "nvmlDeviceGetSerial", serial)
     probed = probe_node(fake, cpuinfo_path=_cpuinfo(tmp_path), sysfs_pci=tmp_path / "nosys")
     assert probed.gpus[0].serial is None
     assert probed.unknown_reasons["gpu0.serial"].startswith("NVML returned text that is not UTF-8")

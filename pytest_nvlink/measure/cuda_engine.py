@@ -55,13 +55,13 @@ class Timed:
 def import_cudart() -> Any | None:
     """cuda-python's runtime bindings (``cuda.bindings.runtime``, or ``cuda.cudart`` before 12.6); None if absent."""
     try:
-        from cuda.bindings import runtime  # noqa: PLC0415  # optional, measuring child only
+        from cuda.bindings import runtime  # optional, measuring child only
 
         return runtime
     except ImportError:
         pass
     try:
-        from cuda import cudart  # noqa: PLC0415
+        from cuda import cudart
 
         return cudart
     except ImportError:
@@ -86,7 +86,7 @@ class CudaCopyEngine:
     bidirectional_sum = True
 
     def __init__(self, route: str = "auto") -> None:
-        import torch  # noqa: PLC0415  # heavy: only ever in the measuring child
+        import torch  # heavy: only ever in the measuring child
 
         if not torch.cuda.is_available():
             raise RuntimeError("CUDA is not available to torch")
@@ -155,7 +155,9 @@ class CudaCopyEngine:
             handle = stream.cuda_stream
             dst_ptr, src_ptr = target.data_ptr(), source.data_ptr()
             for _ in range(iterations):
-                _check(self._cudart.cudaMemcpyPeerAsync(dst_ptr, dst, src_ptr, src, nbytes, handle), "cudaMemcpyPeerAsync")
+                _check(
+                    self._cudart.cudaMemcpyPeerAsync(dst_ptr, dst, src_ptr, src, nbytes, handle), "cudaMemcpyPeerAsync"
+                )
             return
         # copy_'s barrier records on the destination's current stream: an idle one, never the other
         # direction's stream, so a bidirectional run is not serialized by it.

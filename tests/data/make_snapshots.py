@@ -103,7 +103,10 @@ def _base_node(host: str, gpus: list[Gpu]) -> Node:
         hypervisor=False,
         gpus=gpus,
         # x86 hosts: GPU memory is no NUMA node, and nvmlDeviceGetNumaNodeId says so.
-        unknown_reasons={**NO_BW_MODE, **{f"gpu{gpu.index}.gpu_memory_numa_node": "NVML: Not Supported" for gpu in gpus}},
+        unknown_reasons={
+            **NO_BW_MODE,
+            **{f"gpu{gpu.index}.gpu_memory_numa_node": "NVML: Not Supported" for gpu in gpus},
+        },
     )
 
 
