@@ -313,7 +313,7 @@ def nccl_line_shapes(texts: Any) -> dict[str, Any]:
             prefix = line.split(" NCCL ", 1)[0] + " NCCL " + line.split(" NCCL ", 1)[1].split(" ", 1)[0]
             shape = re.sub(r"\d+", "N", prefix.replace(socket.gethostname(), "HOST"))
             shapes[shape] = shapes.get(shape, 0) + 1
-            unparsed += nccl_log._PREFIX.search(line) is None
+            unparsed += not nccl_log.reads_prefix(line)
     return {"shapes": dict(sorted(shapes.items(), key=lambda kv: -kv[1])[:12]), "lines_our_regex_misses": unparsed}
 
 

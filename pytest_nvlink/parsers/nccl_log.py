@@ -102,6 +102,11 @@ class _Builder:
     nccl_lines: int = 0
 
 
+def reads_prefix(line: str) -> bool:
+    """Whether ``line`` has a prefix this parser understands (the device check counts misses)."""
+    return _PREFIX.search(line) is not None
+
+
 def parse(text: str) -> NcclLog:
     out = _Builder()
     _read_into(text, out)
