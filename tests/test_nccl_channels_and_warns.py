@@ -86,14 +86,17 @@ def test_channel_devices_are_nvml_indices_even_when_cuda_reorders_gpus() -> None
     assert judges_bandwidth.channel_gpu(2) == 2
 
 
-PAIR_LOG = """\
-node1:100:101 [0] NCCL INFO NCCL version 2.30.7+cuda13.0
-node1:100:101 [0] NCCL INFO ncclCommInitRank comm 0x1 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 commId 0x9 - Init START
-node1:200:201 [1] NCCL INFO ncclCommInitRank comm 0x2 rank 1 nranks 2 cudaDev 1 nvmlDev 1 busId 1c000 commId 0x9 - Init START
-[2026-01-05 10:11:12] node1:100:101 [0] paths.cc:396 (ncclTopoCheckP2p) NCCL WARN P2P is disabled between NVLINK connected GPUs 0 and 1. This should not be the case given their connectivity, and is probably due to a hardware issue.
-node1:100:102 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct
-node1:200:202 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via SHM/direct/direct
-"""
+PAIR_LOG = "\n".join(
+    [
+        "node1:100:101 [0] NCCL INFO NCCL version 2.30.7+cuda13.0",
+        "node1:100:101 [0] NCCL INFO ncclCommInitRank comm 0x1 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000",
+        "node1:200:201 [1] NCCL INFO ncclCommInitRank comm 0x2 rank 1 nranks 2 cudaDev 1 nvmlDev 1 busId 1c000",
+        f"[2026-01-05 10:11:12] {WARN_230}",
+        "node1:100:102 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct",
+        "node1:200:202 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via SHM/direct/direct",
+        "",
+    ]
+)
 
 
 def test_new_warn_fails_the_transport_check_through_the_plugin(pytester: pytest.Pytester) -> None:
