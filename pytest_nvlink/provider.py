@@ -75,6 +75,7 @@ class LiveMeasurements:
         self._engine_factory = engine_factory
         self._counter_factory = counter_factory
         self._cuda_devices = cuda_devices
+        self._cuda_listed = False
         self._node = node
         self._suite = suite
         self._thresholds = thresholds
@@ -86,7 +87,8 @@ class LiveMeasurements:
 
     def _cuda_of(self) -> dict[int, int]:
         # CUDA is asked in a child process: the pytest process stays NVML-only (no CUDA context).
-        if self._node.gpus and all(gpu.cuda_index is None for gpu in self._node.gpus):
+        if not self._cuda_listed and self._node.gpus and all(gpu.cuda_index is None for gpu in self._node.gpus):
+            self._cuda_listed = True  # once per session, even when CUDA lists nothing
             from pytest_nvlink.measure.cuda_join import cuda_devices_in_child
             from pytest_nvlink.nvml_probe import join_cuda_indices
 
