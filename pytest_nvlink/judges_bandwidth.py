@@ -35,7 +35,7 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
         return guard
     if threshold is None:
         return ctx.missing_threshold(key)
-    value = m.value if m is not None else None
+    value = _comparable(m)
     bound = f"{'>=' if comparison == 'min' else '<='} {threshold.value}"
     props = measured_properties(value, bound, unit, threshold) + _pair_props(ctx, src, dst, m)
     if m is None or value is None:
@@ -53,6 +53,16 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
         f"({threshold.where()}); likely cause: {_bandwidth_cause(ctx, src, dst, kind, value)}",
         props,
     )
+
+
+def _comparable(m: P2PMeasurement | None) -> float | None:
+    """The figure on the thresholds' scale: bidirectional minimums are sums of both directions
+    (p2pBandwidthLatencyTest's definition), so a per-direction figure (nvbandwidth >= 0.6) counts twice."""
+    if m is None or m.value is None:
+        return None
+    if m.kind == "bidirectional" and m.bidirectional_sum is False:
+        return 2 * m.value
+    return m.value
 
 
 def _label(kind: str) -> str:
@@ -294,14 +304,9 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
 
 
 def _expects_nvlink(ctx: Context, src_dev: int, dst_dev: int) -> bool:
-    src, dst = _channel_gpu(ctx, src_dev), _channel_gpu(ctx, dst_dev)
+    src, dst = channel_gpu(src_dev), channel_gpu(dst_dev)
     return src == dst or ctx.suite.pair_expects_nvlink(src, dst)
 
-
-def _channel_gpu(ctx: Context, dev: int) -> int:
-    """NCCL names CUDA devices; the suite speaks NVML indices, joined where the probe knows both."""
-    by_cuda = {gpu.cuda_index: gpu.index for gpu in ctx.node.gpus if gpu.cuda_index is not None}
-    return by_cuda.get(dev, dev)
 
 
 def _audit_gap(ctx: Context, audit: NcclAudit) -> str | None:
@@ -313,7 +318,7 @@ def _audit_gap(ctx: Context, audit: NcclAudit) -> str | None:
     count = ctx.suite.gpu_count
     expected = {a for a in range(count) for b in range(count) if a != b and ctx.suite.pair_expects_nvlink(a, b)}
     ranks = {rank for c in audit.channels for rank in (c.src_rank, c.dst_rank)}
-    seen = {_channel_gpu(ctx, dev) for c in audit.channels for dev in (c.src_dev, c.dst_dev)}
+    seen = {channel_gpu(dev) for c in audit.channels for dev in (c.src_dev, c.dst_dev)}
     missing = sorted(expected - seen)
     if not missing:
         return None
@@ -325,6 +330,17 @@ def _audit_gap(ctx: Context, audit: NcclAudit) -> str | None:
         "transport is unknown; likely cause: the log is from a run over fewer GPUs (nccl-tests -g/-n, "
         f"CUDA_VISIBLE_DEVICES) or a GPU was lost — capture NCCL_DEBUG=INFO from a run over all {count} GPUs"
     )
+
+
+def channel_gpu(channel_dev: int) -> int:
+    """The NVML index of the GPU in a ``Channel … R[D] -> R[D]`` line: ``D`` is already NVML's.
+
+    NCCL prints ``peerInfo->nvmlDev`` there (NVIDIA/nccl src/transport/p2p.cc, shm.cc), the index
+    NVML gives the rank's GPU, not its CUDA index: remapping it through the CUDA order picks the
+    wrong GPUs whenever CUDA_VISIBLE_DEVICES reorders devices (rank 1 of a two-pod H20 log reads
+    ``cudaDev 0 nvmlDev 2`` and its channels ``1[2] -> 0[0]``).
+    """
+    return channel_dev
 
 
 def _env_note(audit: NcclAudit) -> str:

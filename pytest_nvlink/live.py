@@ -11,6 +11,7 @@ from collections.abc import Callable
 from itertools import permutations
 
 from pytest_nvlink.config import Suite, Thresholds
+from pytest_nvlink.measure.p2p import CounterReaderFactory, EngineFactory
 from pytest_nvlink.measure.runner import MeasurementSession, NvmlCounterFactory, sizes_from_thresholds
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, Node, P2PMeasurement
 
@@ -23,13 +24,31 @@ def _usable(node: Node, suite: Suite) -> list[int]:
     return [gpu.index for gpu in node.gpus if gpu.problem is None and gpu.index < suite.gpu_count]
 
 
-def measure_p2p(node: Node, suite: Suite, cuda_of: dict[int, int], progress: Progress) -> list[P2PMeasurement]:
-    """Every figure for every ordered pair of usable GPUs, in NVML indices; failures carry ``error``."""
+def measure_p2p(
+    node: Node,
+    suite: Suite,
+    cuda_of: dict[int, int],
+    progress: Progress,
+    *,
+    engine_factory: EngineFactory | None = None,
+    counter_factory: CounterReaderFactory | None = None,
+) -> list[P2PMeasurement]:
+    """Every figure for every ordered pair of usable GPUs, in NVML indices; failures carry ``error``.
+
+    ``engine_factory`` and ``counter_factory`` (picklable, called in the measuring child) default to
+    the CUDA copy engine and NVML counters opened by the probe's bus ids.
+    """
     usable = _usable(node, suite)
     mapped = [index for index in usable if index in cuda_of]
-    counters = NvmlCounterFactory(tuple((cuda_of[i], _name(node, i)) for i in mapped if _name(node, i)))
+    counters = counter_factory or NvmlCounterFactory(
+        tuple((cuda_of[i], _name(node, i)) for i in mapped if _name(node, i))
+    )
     session = MeasurementSession(
-        suite.measure, gpus=[cuda_of[i] for i in mapped], progress=progress, counter_factory=counters
+        suite.measure,
+        gpus=[cuda_of[i] for i in mapped],
+        progress=progress,
+        engine_factory=engine_factory,
+        counter_factory=counters,
     )
     results = []
     for src, dst in permutations(usable, 2):

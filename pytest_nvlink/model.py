@@ -87,7 +87,12 @@ class Gpu:
     cuda_index: int | None = None  # CUDA's numbering differs from NVML's; joined by UUID/PCI
     serial: str | None = None
     vbios: str | None = None
+    # The CPU NUMA node the GPU hangs off (sysfs ``numa_node`` of its PCI device; nvidia-smi topo -m's
+    # "NUMA Affinity"). Not NVML's nvmlDeviceGetNumaNodeId, which is the next field.
     numa_node: int | None = None
+    # GPU memory exposed as a NUMA node (nvmlDeviceGetNumaNodeId; Grace-Hopper/Blackwell coherent
+    # systems). NVML answers NotSupported on x86 hosts, where GPU memory is no NUMA node.
+    gpu_memory_numa_node: int | None = None
     cpu_affinity: str | None = None
     pcie_gen_current: int | None = None
     pcie_gen_max: int | None = None
@@ -151,6 +156,9 @@ class P2PMeasurement:
     can_access_peer: bool | None = None
     error: str | None = None
     source: str | None = None  # e.g. "torch", "p2pBandwidthLatencyTest: file.txt"
+    # Bidirectional figures only: True when the figure adds both directions (p2pBandwidthLatencyTest,
+    # the live engine), False when it is per direction (nvbandwidth >= 0.6); None when unknown.
+    bidirectional_sum: bool | None = None
 
 
 @dataclass

@@ -15,6 +15,7 @@ from typing import Any
 
 from pytest_nvlink.model import normalize_pci_bus_id
 from pytest_nvlink.nvml_fields import (
+    FI_NVLINK_LINK_COUNT,
     FI_NVLINK_THROUGHPUT_DATA_RX,
     FI_NVLINK_THROUGHPUT_DATA_TX,
     FI_PCIE_COUNT_RX_BYTES,
@@ -66,13 +67,33 @@ def read_traffic(nvml: types.ModuleType, handle: Any) -> Traffic:
         return Traffic(note=f"NVML counters unreadable: {exc}")
     values: dict[str, int | None] = {}
     notes: list[str] = []
-    for (name, _, unit), reading in zip(_COUNTERS, readings, strict=True):
+    for (name, request, unit), answer in zip(_COUNTERS, readings, strict=True):
+        reading = answer
+        if not answer.ok and request[1] == SCOPE_ALL_LINKS and answer.nvml_return != NVML_ERROR_NO_PERMISSION:
+            reading = _per_link_sum(nvml, handle, request[0]) or answer
         if reading.ok and isinstance(reading.value, int):
             values[name] = reading.value * unit
         else:
             values[name] = None
             notes.append(_why(nvml, name, reading))
     return Traffic(**values, note=_join(notes))
+
+
+def _per_link_sum(nvml: types.ModuleType, handle: Any, field_id: int) -> FieldReading | None:
+    """Links 0..N-1 summed, for drivers that refuse the all-links scope (scopeId = UINT_MAX).
+
+    N is NVML's own link count (FI_NVLINK_LINK_COUNT); None when that or any link cannot be read.
+    """
+    try:
+        count = read_fields(nvml, handle, [(FI_NVLINK_LINK_COUNT, 0)])[0]
+        if not count.ok or not isinstance(count.value, int) or count.value <= 0:
+            return None
+        links = read_fields(nvml, handle, [(field_id, link) for link in range(count.value)])
+    except nvml.NVMLError:
+        return None
+    if not all(link.ok and isinstance(link.value, int) for link in links):
+        return None
+    return FieldReading(field_id, SCOPE_ALL_LINKS, 0, sum(int(link.value or 0) for link in links))
 
 
 def _why(nvml: types.ModuleType, name: str, reading: FieldReading) -> str:

@@ -7,6 +7,7 @@ the tuple ``(0,)``) and others change between releases (``NVML_NVLINK_MAX_LINKS`
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import types
 import warnings
@@ -166,9 +167,20 @@ def import_pynvml() -> types.ModuleType:
 def bus_id_of(pci_info: Any) -> str | None:
     """Normalized bus id of an ``nvmlPciInfo_t``; None when it is empty or garbage (VM guests)."""
     for field_name in ("busId", "busIdLegacy"):
-        raw = getattr(pci_info, field_name, b"")
         try:
+            # nvidia-ml-py's structures decode char[] fields strictly as UTF-8 on attribute access
+            # (_PrintableStructure.__getattribute__), so a VM's garbage bus id raises right here.
+            raw = getattr(pci_info, field_name, b"")
             return normalize_pci_bus_id(text(raw))
-        except ValueError:
+        except (ValueError, UnicodeDecodeError):  # UnicodeDecodeError is a ValueError; said for the reader
             continue
     return None
+
+
+def raw_bus_id(pci_info: Any) -> bytes:
+    """The undecoded ``busId`` bytes of an ``nvmlPciInfo_t`` (for messages; never raises on garbage)."""
+    for name, field_type in getattr(type(pci_info), "_fields_", ()):
+        if name == "busId":
+            offset = getattr(type(pci_info), name).offset
+            return bytes(memoryview(pci_info).cast("B")[offset : offset + ctypes.sizeof(field_type)]).split(b"\0")[0]
+    return b""

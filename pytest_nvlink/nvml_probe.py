@@ -35,18 +35,28 @@ from pytest_nvlink.nvml_fields import (
     import_pynvml,
     nvml_error_name,
     nvml_reason,
+    raw_bus_id,
     read_fields,
     text,
 )
 from pytest_nvlink.nvml_links import LinkReader
 
 DEFAULT_CPUINFO = Path("/proc/cpuinfo")
+DEFAULT_SYSFS_PCI = Path("/sys/bus/pci/devices")
 LIBRARY_NOT_FOUND = "NVML library not found — is the NVIDIA driver installed?"
 DRIVER_NOT_LOADED = "NVIDIA driver is not loaded (NVML: Driver Not Loaded) — is the nvidia kernel module loaded?"
 
 
-def probe_node(nvml: types.ModuleType | None = None, *, cpuinfo_path: Path = DEFAULT_CPUINFO) -> Node:
-    """Probe this machine through NVML; ``nvml`` replaces ``pynvml`` (tests pass a fake)."""
+def probe_node(
+    nvml: types.ModuleType | None = None,
+    *,
+    cpuinfo_path: Path = DEFAULT_CPUINFO,
+    sysfs_pci: Path = DEFAULT_SYSFS_PCI,
+) -> Node:
+    """Probe this machine through NVML; ``nvml`` replaces ``pynvml`` (tests pass a fake).
+
+    ``sysfs_pci`` is where each GPU's CPU NUMA node is read (``<bus id>/numa_node``).
+    """
     node = Node(source="live", host=socket.gethostname(), hypervisor=read_hypervisor_flag(cpuinfo_path))
     if node.hypervisor is None:
         node.unknown_reasons["hypervisor"] = f"no CPU flags readable from {cpuinfo_path}"
@@ -59,7 +69,7 @@ def probe_node(nvml: types.ModuleType | None = None, *, cpuinfo_path: Path = DEF
     if not _init(nvml, node):
         return node
     try:
-        _Prober(nvml, node).run()
+        _Prober(nvml, node, sysfs_pci).run()
     finally:
         # A failing shutdown leaves nothing to clean up; the facts are already collected.
         with contextlib.suppress(nvml.NVMLError):
@@ -146,7 +156,7 @@ _GPU_SCALARS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
     ("uuid", "nvmlDeviceGetUUID", text),
     ("serial", "nvmlDeviceGetSerial", text),
     ("vbios", "nvmlDeviceGetVbiosVersion", text),
-    ("numa_node", "nvmlDeviceGetNumaNodeId", _numa_node),
+    ("gpu_memory_numa_node", "nvmlDeviceGetNumaNodeId", _numa_node),
     ("pcie_gen_current", "nvmlDeviceGetCurrPcieLinkGeneration", int),
     ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", int),
     ("pcie_gen_gpu_max", "nvmlDeviceGetGpuMaxPcieLinkGeneration", int),
@@ -159,9 +169,10 @@ _GPU_SCALARS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
 class _Prober:
     """One probe run against an initialized NVML."""
 
-    def __init__(self, nvml: types.ModuleType, node: Node) -> None:
+    def __init__(self, nvml: types.ModuleType, node: Node, sysfs_pci: Path = DEFAULT_SYSFS_PCI) -> None:
         self.nvml = nvml
         self.node = node
+        self.sysfs_pci = sysfs_pci
         self.handles: dict[int, Any] = {}
         self.gpu_bus_ids: set[str] = set()
 
@@ -177,6 +188,9 @@ class _Prober:
             raise
         except self.nvml.NVMLError as exc:
             self.node.unknown_reasons[key] = nvml_reason(exc)
+            return None
+        except UnicodeDecodeError as exc:  # nvidia-ml-py decodes returned strings strictly
+            self.node.unknown_reasons[key] = f"NVML returned text that is not UTF-8: {exc}"
             return None
 
     def fields(self, key: str, handle: Any, requests: list[tuple[int, int]]) -> list[FieldReading] | None:
@@ -242,13 +256,30 @@ class _Prober:
         if pci is not None:
             gpu.pci_bus_id = bus_id_of(pci)
             if gpu.pci_bus_id is None:
-                self.node.unknown_reasons[f"{key}.pci_bus_id"] = f"NVML returned an invalid bus id {pci.busId!r}"
+                self.node.unknown_reasons[f"{key}.pci_bus_id"] = f"NVML returned an invalid bus id {raw_bus_id(pci)!r}"
         for attribute, function, convert in _GPU_SCALARS:
             value = self.call(f"{key}.{attribute}", function, handle)
             if value is not None:
                 setattr(gpu, attribute, convert(value))
+        gpu.numa_node = self._cpu_numa_node(key, gpu.pci_bus_id)
         gpu.fabric = self._fabric(key, handle)
         gpu.nvlinks = LinkReader(self, key, handle).read()
+
+    def _cpu_numa_node(self, key: str, bus_id: str | None) -> int | None:
+        """The CPU NUMA node of the GPU's PCI device, as nvidia-smi topo -m's "NUMA Affinity" shows it."""
+        if bus_id is None:
+            self.node.unknown_reasons[f"{key}.numa_node"] = "no PCI bus id to look the NUMA node up by"
+            return None
+        path = self.sysfs_pci / bus_id / "numa_node"
+        try:
+            value = int(path.read_text(encoding="ascii").strip())
+        except (OSError, ValueError) as exc:
+            self.node.unknown_reasons[f"{key}.numa_node"] = f"{path} unreadable: {exc}"
+            return None
+        if value < 0:  # the kernel's "no NUMA affinity" (single-node hosts, many VMs)
+            self.node.unknown_reasons[f"{key}.numa_node"] = f"{path} says -1 (no NUMA affinity)"
+            return None
+        return value
 
     def _fabric(self, key: str, handle: Any) -> FabricInfo | None:
         nvml = self.nvml
@@ -432,7 +463,10 @@ def torch_cuda_devices() -> list[tuple[int, str | None, str | None]]:
 
 
 def _torch_device(torch: Any, index: int) -> tuple[int, str | None, str | None]:
-    props = torch.cuda.get_device_properties(index)
+    try:
+        props = torch.cuda.get_device_properties(index)
+    except Exception:  # a GPU CUDA cannot describe joins nothing (reported as not visible to CUDA)
+        return index, None, None
     raw_uuid = getattr(props, "uuid", None)
     device_uuid = str(raw_uuid) if raw_uuid is not None else None
     bus, domain, device = (getattr(props, name, None) for name in ("pci_bus_id", "pci_domain_id", "pci_device_id"))

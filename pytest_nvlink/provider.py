@@ -15,8 +15,10 @@ from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, Node, P2PMeasu
 
 if TYPE_CHECKING:
     from pytest_nvlink.campaign import CampaignWatch
+    from pytest_nvlink.measure.p2p import CounterReaderFactory, EngineFactory
 
 Progress = Callable[[str], None]
+CudaDevices = Callable[[], "list[tuple[int, str | None, str | None]] | str"]
 
 
 class MeasurementProvider(Protocol):
@@ -91,7 +93,16 @@ class LiveMeasurements:
         backend: str | None = None,
         *,
         planned: frozenset[str] = frozenset(),
+        engine_factory: EngineFactory | None = None,
+        counter_factory: CounterReaderFactory | None = None,
+        cuda_devices: CudaDevices | None = None,
     ) -> None:
+        """``engine_factory``/``counter_factory`` replace the CUDA copy engine and NVML counters
+        (picklable, built in the child); ``cuda_devices`` replaces the child that lists CUDA devices."""
+        self._engine_factory = engine_factory
+        self._counter_factory = counter_factory
+        self._cuda_devices = cuda_devices
+        self._cuda_listed = False
         self._node = node
         self._suite = suite
         self._thresholds = thresholds
@@ -104,11 +115,18 @@ class LiveMeasurements:
         self._planned = planned
 
     def _cuda_of(self) -> dict[int, int]:
-        # torch is imported only here, so topology-only runs never pay for it.
-        if self._node.gpus and all(gpu.cuda_index is None for gpu in self._node.gpus):
-            from pytest_nvlink.nvml_probe import join_cuda_indices, torch_cuda_devices
+        # CUDA is asked in a child process: the pytest process stays NVML-only (no CUDA context).
+        if not self._cuda_listed and self._node.gpus and all(gpu.cuda_index is None for gpu in self._node.gpus):
+            self._cuda_listed = True  # once per session, even when CUDA lists nothing
+            from pytest_nvlink.measure.cuda_join import cuda_devices_in_child
+            from pytest_nvlink.nvml_probe import join_cuda_indices
 
-            join_cuda_indices(self._node, torch_cuda_devices())
+            devices = (self._cuda_devices or cuda_devices_in_child)()
+            if isinstance(devices, str):
+                for gpu in self._node.gpus:
+                    self._node.unknown_reasons[f"gpu{gpu.index}.cuda_index"] = devices
+            else:
+                join_cuda_indices(self._node, devices)
         return {gpu.index: gpu.cuda_index for gpu in self._node.gpus if gpu.cuda_index is not None}
 
     def p2p(self, src: int, dst: int, kind: str) -> P2PMeasurement | None:
@@ -123,7 +141,14 @@ class LiveMeasurements:
 
         cuda_of = self._cuda_of()
         with self._watch(loads_gpus=True) as watch:
-            results = measure_p2p(self._node, self._suite, cuda_of, self._progress)
+            results = measure_p2p(
+                self._node,
+                self._suite,
+                cuda_of,
+                self._progress,
+                engine_factory=self._engine_factory,
+                counter_factory=self._counter_factory,
+            )
             watch.moved_traffic = any(m.value is not None for m in results)
         self._node.measurements.p2p.extend(results)
 

@@ -214,7 +214,19 @@ def nvmlExceptionClass(nvmlErrorCode: int) -> type[NVMLError]:
 # --- structures: real ctypes, same layouts as pynvml --------------------------------------------
 
 
-class nvmlPciInfo_t(ctypes.Structure):
+class _PrintableStructure(ctypes.Structure):
+    """Like pynvml's base of every struct: ``char[]`` fields read back as ``str``, decoded strictly.
+
+    Real nvidia-ml-py decodes with ``bytes.decode()`` (UTF-8, strict) on attribute access, so
+    a garbage bus id from a VM raises ``UnicodeDecodeError`` when the field is read.
+    """
+
+    def __getattribute__(self, name: str) -> Any:
+        value = super().__getattribute__(name)
+        return value.decode() if isinstance(value, bytes) else value
+
+
+class nvmlPciInfo_t(_PrintableStructure):
     _fields_: ClassVar = [
         ("busIdLegacy", ctypes.c_char * 16),
         ("domain", ctypes.c_uint),

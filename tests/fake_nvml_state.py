@@ -110,6 +110,10 @@ class FakeNvml:
         pcie_levels: Mapping[tuple[int, int], str] | None = None,
         pcie_counter_bits: int | None = None,
         remote_bus_id_junk: bytes = b"",
+        raw_fields: Mapping[tuple[int, int | None], int] | None = None,
+        counter_lag_reads: int = 0,
+        background_bytes_per_read: int = 0,
+        aggregate_scope_fails: bool = False,
     ) -> None:
         self.node = node if node is not None else Node(source="fake")
         by_index = {gpu.index: gpu for gpu in self.node.gpus}
@@ -128,6 +132,16 @@ class FakeNvml:
         self.pcie_levels = dict(pcie_levels or {})
         self.pcie_counter_bits = pcie_counter_bits
         self.remote_bus_id_junk = remote_bus_id_junk
+        # (fieldId, scopeId or None for any) -> the raw value NVML would answer, bypassing the
+        # fake's own encoding of the node: tests anchor units on values documented elsewhere.
+        self.raw_fields = dict(raw_fields or {})
+        # Imperfect NVLink counters, as the path proof must expect them: a read shows the traffic of
+        # ``counter_lag_reads`` reads ago, every read adds background traffic (other processes,
+        # NVLink keep-alive), and some drivers refuse the all-links scope.
+        self.counter_lag_reads = counter_lag_reads
+        self.background_bytes_per_read = background_bytes_per_read
+        self.aggregate_scope_fails = aggregate_scope_fails
+        self.published: dict[int, list[tuple[int, int]]] = {}
         self.init_count = 0
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
         self.injected: dict[tuple[str, int | None], int] = {}
@@ -316,10 +330,8 @@ class FakeNvml:
         return str(self._gpu_fact(handle, "vbios"))
 
     def nvmlDeviceGetNumaNodeId(self, handle: Any) -> int:
-        gpu = self._dev(handle)
-        if gpu.numa_node is None and f"gpu{gpu.index}.numa_node" not in self.node.unknown_reasons:
-            return -1  # NVML's answer for "no NUMA affinity"
-        return int(self._gpu_fact(handle, "numa_node"))
+        # GPU memory as a NUMA node: NotSupported on x86 hosts (the shipped snapshots' case).
+        return int(self._gpu_fact(handle, "gpu_memory_numa_node"))
 
     def nvmlDeviceGetPciInfo_v3(self, handle: Any) -> nvmlPciInfo_t:
         gpu = self._dev(handle)
@@ -429,6 +441,7 @@ class FakeNvml:
 
     def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list[Any]) -> Any:
         gpu = self._dev(handle)
+        self._publish_counters(gpu.index)  # one counter sample per call, as one NVML read
         values = (c_nvmlFieldValue_t * len(fieldIds))()
         for entry, field_id in zip(values, fieldIds, strict=True):
             try:
@@ -449,6 +462,9 @@ class FakeNvml:
     def _field(self, gpu: Gpu, field_id: int, scope_id: int) -> tuple[int, int | float]:
         if field_id in self.unsupported_fields:
             raise _FieldFailure(C["NVML_ERROR_NOT_SUPPORTED"])
+        for key in ((field_id, scope_id), (field_id, None)):
+            if key in self.raw_fields:
+                return 3 if field_id in (138, 139, 197, 198) else 1, self.raw_fields[key]
         if field_id in (197, 198):
             return self._pcie_counter(gpu, field_id)
         links = self._field_links(gpu)
@@ -480,14 +496,27 @@ class FakeNvml:
     def _nvlink_counter(self, gpu: Gpu, field_id: int, scope_id: int, links: dict[int, NvLinkInfo]) -> tuple[int, int]:
         if self.counters_no_permission:
             raise _FieldFailure(C["NVML_ERROR_NO_PERMISSION"])
-        traffic = self.traffic[gpu.index]
-        total_kib = (traffic.nvlink_tx if field_id in (138, 140) else traffic.nvlink_rx) // 1024
+        tx, rx = self._published_nvlink(gpu.index)
+        total_kib = (tx if field_id in (138, 140) else rx) // 1024
         if scope_id == _SCOPE_ALL:
+            if self.aggregate_scope_fails:
+                raise _FieldFailure(C["NVML_ERROR_INVALID_ARGUMENT"])
             return 3, total_kib
         if scope_id not in links:
             raise _FieldFailure(C["NVML_ERROR_INVALID_ARGUMENT"])
         active = [link for link in links.values() if link.active]
         return 3, total_kib // len(active) if links[scope_id].active else 0  # spread evenly
+
+    def _published_nvlink(self, index: int) -> tuple[int, int]:
+        """The NVLink (TX, RX) bytes a read sees now: lagging, with background traffic added."""
+        history = self.published.setdefault(index, [])
+        return history[max(0, len(history) - 1 - self.counter_lag_reads)] if history else (0, 0)
+
+    def _publish_counters(self, index: int) -> None:
+        traffic = self.traffic[index]
+        traffic.nvlink_tx += self.background_bytes_per_read
+        traffic.nvlink_rx += self.background_bytes_per_read
+        self.published.setdefault(index, []).append((traffic.nvlink_tx, traffic.nvlink_rx))
 
     def _pcie_counter(self, gpu: Gpu, field_id: int) -> tuple[int, int]:
         if self.counters_no_permission:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from fake_nvml_api import (
     CONSTANTS,
@@ -55,6 +56,7 @@ __all__ = [
     "c_nvmlGpuFabricInfo_t",
     "c_nvmlGpuFabricInfo_v2_t",
     "c_nvmlValue_t",
+    "fake_sysfs_pci",
     "make_fake_pynvml",
     "nvmlExceptionClass",
     "nvmlPciInfo_t",
@@ -76,6 +78,10 @@ def make_fake_pynvml(
     pcie_levels: Mapping[tuple[int, int], str] | None = None,
     pcie_counter_bits: int | None = None,
     remote_bus_id_junk: bytes = b"",
+    raw_fields: Mapping[tuple[int, int | None], int] | None = None,
+    counter_lag_reads: int = 0,
+    background_bytes_per_read: int = 0,
+    aggregate_scope_fails: bool = False,
 ) -> types.ModuleType:
     """A module that behaves like ``pynvml`` on the machine ``node`` describes.
 
@@ -98,6 +104,10 @@ def make_fake_pynvml(
         pcie_levels=pcie_levels,
         pcie_counter_bits=pcie_counter_bits,
         remote_bus_id_junk=remote_bus_id_junk,
+        raw_fields=raw_fields,
+        counter_lag_reads=counter_lag_reads,
+        background_bytes_per_read=background_bytes_per_read,
+        aggregate_scope_fails=aggregate_scope_fails,
     )
     module = types.ModuleType("pynvml", "Fake pynvml (tests/fake_pynvml.py)")
     module.__dict__.update(CONSTANTS)
@@ -123,3 +133,13 @@ def make_fake_pynvml(
         grow_errors_on_read=state.grow_errors_on_read,
     )
     return module
+
+
+def fake_sysfs_pci(node: Node, root: Path) -> Path:
+    """A ``/sys/bus/pci/devices`` tree giving each GPU's CPU NUMA node (-1 where the node has none)."""
+    for gpu in node.gpus:
+        if gpu.pci_bus_id:
+            device = root / gpu.pci_bus_id
+            device.mkdir(parents=True, exist_ok=True)
+            (device / "numa_node").write_text(f"{gpu.numa_node if gpu.numa_node is not None else -1}\n")
+    return root

@@ -52,7 +52,7 @@ class CountingReader:
 
 def plan(n: int = 4, concurrent: bool = False, **kw: int) -> P2PPlan:
     values = {"nbytes": 64 << 20, "iterations": 10, "warmup": 2, "latency_iterations": 100, **kw}
-    return P2PPlan(gpus=tuple(range(n)), concurrent=concurrent, **values)
+    return P2PPlan(gpus=tuple(range(n)), concurrent=concurrent, settle_interval_s=0.001, **values)
 
 
 # --- rounds ----------------------------------------------------------------------------------
@@ -104,15 +104,16 @@ def test_unidirectional_bidirectional_latency_math() -> None:
     uni = by_key[(0, 1, "unidirectional")]
     assert uni.value == pytest.approx(100.0)
     assert uni.unit == "GB/s"
-    assert uni.bytes_copied == 10 * (64 << 20)
+    assert uni.bytes_copied is None  # no counter reader: no proof copy either
     assert uni.can_access_peer is True
     assert uni.source == "simulated"
     bidi = by_key[(0, 1, "bidirectional")]
     assert bidi.value == pytest.approx(200.0)  # both directions count
     assert bidi.bytes_copied == 2 * 10 * (64 << 20)
+    assert bidi.bidirectional_sum is True
     lat = by_key[(1, 0, "latency")]
     assert lat.unit == "us"
-    assert lat.value == pytest.approx(8 / 100e9 * 1e6)
+    assert lat.value == pytest.approx(16 / 100e9 * 1e6)  # one int4, as p2pBandwidthLatencyTest
 
 
 def test_latency_figure_is_mean_microseconds_per_copy() -> None:
@@ -126,18 +127,19 @@ def test_counter_deltas_are_summed_tx_of_both_gpus() -> None:
     reader = CountingReader(nvlink_share=1.0)
     results = p2p.run_campaign(plan(2), SimulatedCopyEngine(), reader)
     uni = next(m for m in results if m.kind == "unidirectional")
-    # each GPU's TX grows by 10 per read: before/after -> 10 per GPU, two GPUs
-    assert uni.nvlink_bytes == 20
+    # each GPU's TX grows by 10 per read, and each side of the proof copy is read twice (until two
+    # reads agree): settled before 1020, settled after 1040 -> 20 per GPU, two GPUs
+    assert uni.nvlink_bytes == 40
     assert uni.pcie_bytes == 0
     assert uni.counters_note is None
-    assert reader.reads[:4] == [0, 1, 0, 1]  # only around the timed unidirectional batch
-    assert len(reader.reads) == 8  # two directions x (before, after) x two GPUs
+    assert reader.reads[:8] == [0, 1, 0, 1, 0, 1, 0, 1]  # only around the unidirectional proof copy
+    assert len(reader.reads) == 16  # two directions x (before, after) x two reads x two GPUs
 
 
 def test_counter_deltas_note_when_unsupported() -> None:
     reader = CountingReader(missing_pcie=True)
     uni = next(m for m in p2p.run_campaign(plan(2), SimulatedCopyEngine(), reader) if m.kind == "unidirectional")
-    assert uni.nvlink_bytes == 20
+    assert uni.nvlink_bytes == 40
     assert uni.pcie_bytes is None
     assert uni.counters_note == "PCIe counters unsupported"
 
@@ -256,7 +258,7 @@ def _no_cuda() -> SimulatedCopyEngine:
 def test_counter_reader_factory_runs_in_the_child() -> None:
     results = p2p.run_p2p(plan(2), SimulatedCopyEngine(), timeout_s=60, counter_factory=CountingReader)
     uni = next(m for m in results if m.kind == "unidirectional")
-    assert uni.nvlink_bytes == 20
+    assert uni.nvlink_bytes == 40
 
 
 def test_torch_engine_refuses_without_cuda(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,7 @@ import types
 from pathlib import Path
 
 import pytest
-from fake_pynvml import make_fake_pynvml
+from fake_pynvml import fake_sysfs_pci, make_fake_pynvml
 
 from pytest_nvlink.model import FabricInfo, Gpu, Node, NvLinkInfo, P2PStatus, PairPath
 from pytest_nvlink.nvml_counters import (
@@ -53,7 +53,8 @@ def cpuinfo(tmp_path: Path) -> Path:
 
 
 def probe(fake: types.ModuleType, cpuinfo: Path) -> Node:
-    node = probe_node(fake, cpuinfo_path=cpuinfo)
+    sysfs = fake_sysfs_pci(fake.fake_state.node, cpuinfo.parent / "sys-bus-pci-devices")
+    node = probe_node(fake, cpuinfo_path=cpuinfo, sysfs_pci=sysfs)
     assert fake.fake_state.init_count == 0, "nvmlShutdown must balance nvmlInit"
     return node
 

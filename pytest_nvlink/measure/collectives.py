@@ -251,9 +251,20 @@ class _Group:
             conn.close()
 
 
+def rank_time_s(payloads: Iterable[Mapping[str, Any]]) -> float:
+    """Time per op as nccl-tests reports it by default: each rank's mean, averaged over the ranks.
+
+    nccl-tests' ``-a/--average`` defaults to 1 = AVG ("report average iteration time
+    <0=RANK0/1=AVG/2=MIN/3=MAX>", NVIDIA/nccl-tests src/common.cu); thresholds taken from its
+    busbw column assume that, so the slowest rank alone would read low against them.
+    """
+    times = [float(payload["mean_s"]) for payload in payloads]
+    return sum(times) / len(times) if times else 0.0
+
+
 def _measurement(spec: CollectiveSpec, op: str, size: int, payloads: list[dict[str, Any]]) -> CollectiveMeasurement:
     buffers = buffers_for(op, size, spec.world_size)
-    seconds = max(float(p["mean_s"]) for p in payloads)  # the slowest rank's mean time per op
+    seconds = rank_time_s(payloads)
     algbw, busbw = bandwidth(buffers, seconds) if seconds > 0 else (None, None)
     return CollectiveMeasurement(
         op=op,

@@ -6,12 +6,18 @@ is the thin CUDA implementation (torch is imported only when it is built, in the
 passes, so a hung CUDA call turns into error entries instead of a hung pytest.
 
 GPU numbers here are **CUDA indices** (what torch calls ``cuda:N``), not NVML indices.
-A bidirectional figure counts both directions (2 x bytes / slower direction's time) and is stored
-once per unordered pair, with ``src < dst``.
+A bidirectional figure counts both directions (2 x bytes / the union of both directions' windows,
+p2pBandwidthLatencyTest's definition) and is stored once per unordered pair, with ``src < dst``;
+``P2PMeasurement.bidirectional_sum`` records that it is a sum.
+
+The path proof does not reuse the timed window (a few ms, too short to trust NVML's counter
+refresh): after the timing, a proof copy of at least ``proof_seconds`` runs between two counter
+reads, and the read after it is repeated until two reads agree (the counters have caught up).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import traceback
@@ -24,11 +30,13 @@ from typing import Any, Protocol
 
 from pytest_nvlink.config import Measure
 from pytest_nvlink.measure import _proc
+from pytest_nvlink.measure.cuda_engine import LATENCY_BYTES, CudaCopyEngine
 from pytest_nvlink.model import P2PMeasurement
 
 GB = 1e9
 MIB = 1 << 20
-LATENCY_BYTES = 8
+MAX_PROOF_ITERATIONS = 100_000
+TorchCopyEngine = CudaCopyEngine  # the name callers know; it prefers cudaMemcpyPeerAsync over copy_
 KINDS: tuple[str, ...] = ("unidirectional", "bidirectional", "latency")
 
 Progress = Callable[[str], None]
@@ -94,6 +102,9 @@ class P2PPlan:
     latency_iterations: int
     concurrent: bool = False
     latency_bytes: int = LATENCY_BYTES
+    proof_seconds: float = 1.0  # traffic behind the path proof; NVML counters refresh on their own clock
+    settle_interval_s: float = 0.05  # between counter re-reads after the proof copy
+    settle_max_s: float = 1.0  # give up waiting for two agreeing reads after this long
 
     @classmethod
     def from_measure(cls, gpus: Sequence[int], measure: Measure) -> P2PPlan:
@@ -176,6 +187,40 @@ def _tx_delta(
     return total, None
 
 
+def _nvlink_total(samples: Sequence[TrafficSample]) -> int | None:
+    values = [sample.nvlink_tx_bytes for sample in samples]
+    return None if any(value is None for value in values) else sum(v for v in values if v is not None)
+
+
+def settled_counters(
+    reader: CounterReader | None,
+    gpus: Sequence[int],
+    tolerance_bytes: int,
+    plan: P2PPlan,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[TrafficSample] | str:
+    """Read until two consecutive reads' NVLink totals differ by at most ``tolerance_bytes``.
+
+    A counter that lags (NVML refreshes on its own schedule) reads short right after the copy; one
+    that never settles (other traffic on the links) makes the proof unknown rather than a guess.
+    """
+    previous = _read_counters(reader, gpus)
+    if isinstance(previous, str) or _nvlink_total(previous) is None:
+        return previous
+    waited = 0.0
+    while waited < plan.settle_max_s:
+        sleep(plan.settle_interval_s)
+        waited += plan.settle_interval_s
+        current = _read_counters(reader, gpus)
+        if isinstance(current, str):
+            return current
+        old, new = _nvlink_total(previous), _nvlink_total(current)
+        if old is not None and new is not None and abs(new - old) <= tolerance_bytes:
+            return current
+        previous = current
+    return f"NVLink counters still moving {plan.settle_max_s:g} s after the proof copy (other traffic on the links?)"
+
+
 def counter_deltas(
     before: Sequence[TrafficSample] | str, after: Sequence[TrafficSample] | str
 ) -> tuple[int | None, int | None, str | None]:
@@ -211,16 +256,32 @@ class _Pair:
         result.can_access_peer = self.peer(src, dst)
         try:
             self.engine.copy(src, dst, plan.nbytes, plan.warmup)
-            before = _read_counters(self.reader, (src, dst))
             seconds = self.engine.copy(src, dst, plan.nbytes, plan.iterations)
-            after = _read_counters(self.reader, (src, dst))
         except Exception as exc:
             result.error = f"copy failed: {type(exc).__name__}: {exc}"
             return result
-        result.bytes_copied = plan.nbytes * plan.iterations
-        result.value = _gbps(result.bytes_copied, seconds)
-        result.nvlink_bytes, result.pcie_bytes, result.counters_note = counter_deltas(before, after)
+        result.value = _gbps(plan.nbytes * plan.iterations, seconds)
+        self._prove_path(result, src, dst, seconds / plan.iterations if plan.iterations else 0.0)
         return result
+
+    def _prove_path(self, result: P2PMeasurement, src: int, dst: int, seconds_per_copy: float) -> None:
+        """Counters around a proof copy of >= ``proof_seconds``; ``bytes_copied`` is that copy's size."""
+        plan = self.plan
+        if self.reader is None:
+            result.counters_note = "no traffic counter reader configured"
+            return
+        wanted = math.ceil(plan.proof_seconds / seconds_per_copy) if seconds_per_copy > 0 else plan.iterations
+        iterations = min(max(plan.iterations, wanted), MAX_PROOF_ITERATIONS)
+        nbytes = plan.nbytes * iterations
+        try:
+            before = settled_counters(self.reader, (src, dst), _tolerance(nbytes), plan)
+            self.engine.copy(src, dst, plan.nbytes, iterations)
+            after = settled_counters(self.reader, (src, dst), _tolerance(nbytes), plan)
+        except Exception as exc:
+            result.counters_note = f"proof copy failed: {type(exc).__name__}: {exc}"
+            return
+        result.bytes_copied = nbytes
+        result.nvlink_bytes, result.pcie_bytes, result.counters_note = counter_deltas(before, after)
 
     def bidirectional(self, a: int, b: int) -> P2PMeasurement:
         plan, result = self.plan, self._base(a, b, "bidirectional", "GB/s")
@@ -233,6 +294,7 @@ class _Pair:
             return result
         result.bytes_copied = 2 * plan.nbytes * plan.iterations
         result.value = _gbps(result.bytes_copied, seconds)
+        result.bidirectional_sum = bool(getattr(self.engine, "bidirectional_sum", True))
         return result
 
     def latency(self, src: int, dst: int) -> P2PMeasurement:
@@ -247,6 +309,11 @@ class _Pair:
         result.bytes_copied = plan.latency_bytes * plan.latency_iterations
         result.value = seconds / plan.latency_iterations * 1e6
         return result
+
+
+def _tolerance(nbytes: int) -> int:
+    """Two counter reads "agree" within 1 % of the proof copy (at least 1 MiB of background traffic)."""
+    return max(MIB, nbytes // 100)
 
 
 def _gbps(nbytes: int, seconds: float) -> float | None:
@@ -416,74 +483,17 @@ def _complete(plan: P2PPlan, results: dict[tuple[int, int, str], P2PMeasurement]
 # --- engines ---------------------------------------------------------------------------------
 
 
-class TorchCopyEngine:
-    """CUDA copies with torch; events on the source device's side stream (facts §5.1)."""
-
-    name = "torch"
-
-    def __init__(self) -> None:
-        import torch  # heavy: only ever in the measuring child
-
-        if not torch.cuda.is_available():
-            raise RuntimeError("CUDA is not available to torch")
-        self._torch: Any = torch
-        self._buffers: dict[tuple[int, str, int], Any] = {}
-        self._streams: dict[int, Any] = {}
-        self._lock = threading.Lock()
-
-    def _buffer(self, device: int, role: str, nbytes: int) -> Any:
-        with self._lock:
-            key = (device, role, nbytes)
-            if key not in self._buffers:
-                torch = self._torch
-                self._buffers[key] = torch.ones(nbytes, dtype=torch.uint8, device=f"cuda:{device}")
-            return self._buffers[key]
-
-    def _stream(self, device: int) -> Any:
-        with self._lock:
-            if device not in self._streams:
-                self._streams[device] = self._torch.cuda.Stream(device=device)
-            return self._streams[device]
-
-    def _issue(self, src: int, dst: int, nbytes: int, iterations: int) -> tuple[Any, Any]:
-        """Queue the copies on src's side stream between two timing events; return the events."""
-        torch = self._torch
-        source, target = self._buffer(src, "send", nbytes), self._buffer(dst, "recv", nbytes)
-        with torch.cuda.device(src), torch.cuda.stream(self._stream(src)):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iterations):
-                target.copy_(source, non_blocking=True)
-            end.record()
-        return start, end
-
-    def copy(self, src: int, dst: int, nbytes: int, iterations: int) -> float:
-        if iterations == 0:
-            return 0.0
-        start, end = self._issue(src, dst, nbytes, iterations)
-        end.synchronize()
-        return float(start.elapsed_time(end)) / 1e3
-
-    def copy_bidirectional(self, a: int, b: int, nbytes: int, iterations: int) -> float:
-        if iterations == 0:
-            return 0.0
-        self._torch.cuda.synchronize(a)
-        self._torch.cuda.synchronize(b)
-        events = [self._issue(a, b, nbytes, iterations), self._issue(b, a, nbytes, iterations)]
-        for _, end in events:
-            end.synchronize()
-        return max(float(start.elapsed_time(end)) for start, end in events) / 1e3
-
-    def can_access_peer(self, src: int, dst: int) -> bool | None:
-        return bool(self._torch.cuda.can_device_access_peer(src, dst))
+_ACTIVE_SIMULATION: list[SimulatedCopyEngine] = []  # the engine built in this (child) process
 
 
 @dataclass
 class SimulatedCopyEngine:
     """A copy engine without a GPU, for tests and harness-overhead benchmarks.
 
-    Copies "run" at ``gbps`` (plus ``latency_us`` each) without sleeping; ``hang_on`` makes the
-    copy from src to dst block forever, ``fail_on`` makes it raise, as a broken link might.
+    Copies "run" at ``gbps`` (plus ``latency_us`` each) without sleeping; ``slow_pairs`` gives
+    (src, dst, GB/s) exceptions; ``hang_on`` makes the copy from src to dst block forever,
+    ``fail_on`` makes it raise, as a broken link might. Every copy is counted per source GPU on
+    NVLink, or on PCIe for the pairs in ``via_pcie``; :class:`SimulatedCounters` reads those counts.
     """
 
     gbps: float = 100.0
@@ -492,15 +502,23 @@ class SimulatedCopyEngine:
     fail_on: tuple[int, int] | None = None
     peer: bool = True
     name: str = "simulated"
+    slow_pairs: tuple[tuple[int, int, float], ...] = ()
+    via_pcie: tuple[tuple[int, int], ...] = ()
+    bidirectional_sum: bool = True
+    sent: dict[int, list[int]] = field(default_factory=dict)  # gpu -> [NVLink TX bytes, PCIe TX bytes]
 
     def copy(self, src: int, dst: int, nbytes: int, iterations: int) -> float:
         if (src, dst) == self.hang_on:
             threading.Event().wait()
         if (src, dst) == self.fail_on:
             raise RuntimeError(f"simulated failure copying gpu{src}->gpu{dst}")
-        return iterations * (nbytes / (self.gbps * GB) + self.latency_us * 1e-6)
+        counts = self.sent.setdefault(src, [0, 0])
+        counts[1 if (src, dst) in self.via_pcie else 0] += nbytes * iterations
+        gbps = next((rate for a, b, rate in self.slow_pairs if (a, b) == (src, dst)), self.gbps)
+        return iterations * (nbytes / (gbps * GB) + self.latency_us * 1e-6)
 
     def copy_bidirectional(self, a: int, b: int, nbytes: int, iterations: int) -> float:
+        # Both directions start together; the union ends with the slower one.
         return max(self.copy(a, b, nbytes, iterations), self.copy(b, a, nbytes, iterations))
 
     def can_access_peer(self, src: int, dst: int) -> bool | None:
@@ -508,4 +526,30 @@ class SimulatedCopyEngine:
 
     def __call__(self) -> SimulatedCopyEngine:
         """A simulated engine is its own (picklable) factory."""
+        _ACTIVE_SIMULATION[:] = [self]
         return self
+
+
+@dataclass(frozen=True)
+class SimulatedSample:
+    nvlink_tx_bytes: int | None
+    nvlink_rx_bytes: int | None
+    pcie_tx_bytes: int | None
+    pcie_rx_bytes: int | None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class SimulatedCounters:
+    """A counter reader factory over what the simulated engine of the same process copied."""
+
+    def __call__(self) -> CounterReader:
+        if not _ACTIVE_SIMULATION:
+            return NoTraffic.reader("no simulated copy engine in this process")
+        engine = _ACTIVE_SIMULATION[-1]
+
+        def read(gpu: int) -> TrafficSample:
+            nvlink, pcie = engine.sent.get(gpu, [0, 0])
+            return SimulatedSample(nvlink, 0, pcie, 0)
+
+        return read

@@ -1,6 +1,7 @@
 """Parser for ``NCCL_DEBUG=INFO`` logs: the transports NCCL picked and the warnings it gave.
 
-Lines look like ``host:pid:tid [dev] NCCL INFO msg`` or ``host:pid:tid [dev] file.cc:123 NCCL WARN msg``.
+Lines look like ``host:pid:tid [dev] NCCL INFO msg`` or ``host:pid:tid [dev] file.cc:123 NCCL WARN msg``;
+NCCL 2.30 adds the function (``paths.cc:396 (ncclTopoCheckP2p) NCCL WARN``) and may prefix a timestamp.
 Non-NCCL lines (the application's own output) are skipped, but a ``Channel ... via`` line that does
 not have the expected shape is an error: those lines are the evidence for P2P vs SHM/NET fallback.
 Used both on logs users hand in and on the per-rank logs (NCCL_DEBUG_FILE) of our own runs.
@@ -15,8 +16,12 @@ from dataclasses import dataclass, field
 from pytest_nvlink.model import NcclAudit, TransportChannel
 from pytest_nvlink.parsers.common import ParseError, bad_line, split_lines
 
+# ``search``, not ``match``: NCCL >= 2.23 may put a timestamp before the host (NCCL_DEBUG_TIMESTAMP_FORMAT,
+# on by default for WARN). Between ``[dev]`` and ``NCCL`` come, each optional, a TRACE time in ms, the
+# source ``file:line`` and, since NCCL 2.30, the ``(function)`` (NVIDIA/nccl src/debug.cc).
 _PREFIX = re.compile(
-    r"(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+(?:(?P<file>\S+:\d+)\s+)?"
+    r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+"
+    r"(?:\d+(?:\.\d+)?\s+)?(?:(?P<file>[^\s()]+:\d+)\s+)?(?:\((?P<function>[^()\s]*)\)\s+)?"
     r"NCCL\s+(?P<level>INFO|WARN|TRACE|ABORT)\s?(?P<msg>.*)"
 )
 _CHANNEL = re.compile(
@@ -95,6 +100,11 @@ class _Builder:
     warnings: list[str] = field(default_factory=list)
     hosts: dict[str, None] = field(default_factory=dict)
     nccl_lines: int = 0
+
+
+def reads_prefix(line: str) -> bool:
+    """Whether ``line`` has a prefix this parser understands (the device check counts misses)."""
+    return _PREFIX.search(line) is not None
 
 
 def parse(text: str) -> NcclLog:

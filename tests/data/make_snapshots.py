@@ -102,7 +102,11 @@ def _base_node(host: str, gpus: list[Gpu]) -> Node:
         nvml_version=f"12.{DRIVER}",
         hypervisor=False,
         gpus=gpus,
-        unknown_reasons=dict(NO_BW_MODE),
+        # x86 hosts: GPU memory is no NUMA node, and nvmlDeviceGetNumaNodeId says so.
+        unknown_reasons={
+            **NO_BW_MODE,
+            **{f"gpu{gpu.index}.gpu_memory_numa_node": "NVML: Not Supported" for gpu in gpus},
+        },
     )
 
 

@@ -1,0 +1,126 @@
+"""The probe's own NVML constants and units, anchored on facts that do not come from the fake.
+
+The snapshot -> fake -> probe round trip cannot catch a wrong unit: the fake encodes with the exact
+inverse of the probe's decoding. These tests compare with the real nvidia-ml-py module instead, and
+with an nvidia-smi capture and NVIDIA's published per-link rate kept in the repository.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from pathlib import Path
+
+import pytest
+from conftest import sample
+from fake_pynvml import make_fake_pynvml
+
+from pytest_nvlink import nvml_fields
+from pytest_nvlink.nvml_counters import read_traffic
+from pytest_nvlink.nvml_probe import probe_node
+from pytest_nvlink.parsers import nvlink as nvlink_parser
+from pytest_nvlink.snapshot import load_snapshot
+
+SNAPSHOTS = Path(__file__).resolve().parents[1] / "snapshots"
+AWS_P5_STATUS = "nvlink/h100-sxm-8gpu-aws-p5-nvlink-status.txt"
+
+
+@pytest.fixture
+def real() -> types.ModuleType:
+    module: types.ModuleType = pytest.importorskip("pynvml")
+    return module
+
+
+def test_field_ids_match_the_real_module(real: types.ModuleType) -> None:
+    assert (
+        tuple(getattr(real, f"NVML_FI_DEV_NVLINK_SPEED_MBPS_L{link}") for link in range(12))
+        == nvml_fields.FI_NVLINK_SPEED_MBPS_PER_LINK
+    )
+    pairs = {
+        "FI_NVLINK_SPEED_MBPS_COMMON": "NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON",
+        "FI_NVLINK_LINK_COUNT": "NVML_FI_DEV_NVLINK_LINK_COUNT",
+        "FI_NVLINK_THROUGHPUT_DATA_TX": "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX",
+        "FI_NVLINK_THROUGHPUT_DATA_RX": "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX",
+        "FI_NVLINK_GET_SPEED": "NVML_FI_DEV_NVLINK_GET_SPEED",
+        "FI_PCIE_COUNT_TX_BYTES": "NVML_FI_DEV_PCIE_COUNT_TX_BYTES",
+        "FI_PCIE_COUNT_RX_BYTES": "NVML_FI_DEV_PCIE_COUNT_RX_BYTES",
+        "NVML_SUCCESS": "NVML_SUCCESS",
+        "NVML_ERROR_NOT_SUPPORTED": "NVML_ERROR_NOT_SUPPORTED",
+        "NVML_ERROR_NO_PERMISSION": "NVML_ERROR_NO_PERMISSION",
+    }
+    for ours, theirs in pairs.items():
+        assert getattr(nvml_fields, ours) == getattr(real, theirs), ours
+
+
+def test_enums_match_the_real_module(real: types.ModuleType) -> None:
+    assert {
+        "read": real.NVML_P2P_CAPS_INDEX_READ[0],  # the tuple (0,) in the real module
+        "write": real.NVML_P2P_CAPS_INDEX_WRITE,
+        "nvlink": real.NVML_P2P_CAPS_INDEX_NVLINK,
+        "atomics": real.NVML_P2P_CAPS_INDEX_ATOMICS,
+    } == nvml_fields.P2P_INDEX
+    for code, name in nvml_fields.P2P_STATUS_NAMES.items():
+        assert getattr(real, f"NVML_P2P_STATUS_{name.upper()}") == code, name
+    topology = {"PIX": "SINGLE", "PXB": "MULTIPLE", "PHB": "HOSTBRIDGE", "NODE": "NODE", "SYS": "SYSTEM"}
+    for level, path in nvml_fields.TOPOLOGY_CLASSES.items():
+        if level:  # 0 is NVML_TOPOLOGY_INTERNAL (one board), which nvidia-smi shows as PIX
+            assert getattr(real, f"NVML_TOPOLOGY_{topology[path]}") == level, path
+    assert real.NVML_TOPOLOGY_INTERNAL == 0
+    for code, kind in nvml_fields.NVLINK_REMOTE_TYPES.items():
+        assert getattr(real, f"NVML_NVLINK_DEVICE_TYPE_{kind.upper()}") == code
+    names = {"replay": "REPLAY", "recovery": "RECOVERY", "crc_flit": "CRC_FLIT", "crc_data": "CRC_DATA"}
+    for ours, index in nvml_fields.NVLINK_ERROR_COUNTERS.items():
+        assert getattr(real, f"NVML_NVLINK_ERROR_DL_{names.get(ours, 'ECC_DATA')}") == index, ours
+    for code, mode in nvml_fields.VIRTUALIZATION_MODES.items():
+        assert getattr(real, f"NVML_GPU_VIRTUALIZATION_MODE_{mode.upper()}") == code
+    for code, state in nvml_fields.FABRIC_STATES.items():
+        assert getattr(real, f"NVML_GPU_FABRIC_STATE_{state.upper()}") == code
+    assert real.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW == nvml_fields.FABRIC_HEALTH_DEGRADED_BW_SHIFT
+    assert real.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE == nvml_fields.FABRIC_HEALTH_DEGRADED_BW_TRUE
+    assert real.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE == nvml_fields.FABRIC_HEALTH_DEGRADED_BW_FALSE
+    members = ["dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal"]
+    kinds = ["DOUBLE", "UNSIGNED_INT", "UNSIGNED_LONG", "UNSIGNED_LONG_LONG", "SIGNED_LONG_LONG", "SIGNED_INT"]
+    kinds.append("UNSIGNED_SHORT")
+    for kind, member in zip(kinds, members, strict=True):
+        assert nvml_fields._VALUE_MEMBERS[getattr(real, f"NVML_VALUE_TYPE_{kind}")] == member
+    assert [f[0] for f in real.c_nvmlValue_t._fields_] == members
+
+
+def test_nvlink_version_enum_maps_to_the_marketing_generation(real: types.ModuleType) -> None:
+    generation = nvml_fields.NVLINK_VERSION_TO_GENERATION
+    # A100 answers NVLINK_VERSION_3_1 (= 5): NVLink 3; H100 NVLink 4; B200 NVLink 5.
+    assert generation[real.NVML_NVLINK_VERSION_3_1] == 3
+    assert generation[real.NVML_NVLINK_VERSION_4_0] == 4
+    assert generation[real.NVML_NVLINK_VERSION_5_0] == 5
+    assert generation[real.NVML_NVLINK_VERSION_2_2] == 2
+
+
+def test_throughput_counters_count_kib_as_the_real_module_says(real: types.ModuleType) -> None:
+    source = inspect.getsource(real)
+    assert "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138 # NVLink TX Data throughput in KiB" in source
+    node = load_snapshot(SNAPSHOTS / "h100-8gpu-healthy.json")
+    raw = {(138, nvml_fields.SCOPE_ALL_LINKS): 3, (197, None): 5}
+    fake = make_fake_pynvml(node, raw_fields=raw)
+    fake.nvmlInit()
+    traffic = read_traffic(fake, fake.nvmlDeviceGetHandleByIndex(0))
+    assert traffic.nvlink_tx_bytes == 3 * 1024
+    assert traffic.pcie_tx_bytes == 5  # "PCIe transmit bytes": bytes, no scaling
+
+
+def test_link_speed_in_mbps_reads_as_nvidia_smi_prints_it(tmp_path: Path) -> None:
+    # nvidia-smi nvlink --status on an AWS p5 (H100 SXM) prints "Link 0: 26.562 GB/s" for every link.
+    smi = nvlink_parser.parse(sample(AWS_P5_STATUS))
+    smi_speed = smi.gpus[0].links[0].speed_gbps
+    assert smi_speed == 26.562
+    # NVML answers the same link's speed in MBps (nvml.h: "NVLink Speed in MBps"); NVIDIA's Health
+    # Validation expects 26562 for H100. The raw value bypasses the fake's own encoding.
+    node = load_snapshot(SNAPSHOTS / "h100-8gpu-healthy.json")
+    fake = make_fake_pynvml(node, raw_fields={(164, None): 26562})
+    (tmp_path / "cpuinfo").write_text("flags\t: fpu\n")
+    probed = probe_node(fake, cpuinfo_path=tmp_path / "cpuinfo", sysfs_pci=tmp_path)
+    links = probed.gpus[0].nvlinks or []
+    assert len(links) == 18 and {link.speed_gbps for link in links} == {smi_speed}
+    # NVIDIA: H100 SXM has 18 NVLink 4 links, 900 GB/s bidirectional = 450 GB/s per direction; the
+    # line rate per link per direction (26.562) is a little above the 25 GB/s data rate.
+    per_direction = sum(link.speed_gbps or 0.0 for link in links)
+    assert 450 <= per_direction <= 450 * 1.07
