@@ -308,7 +308,6 @@ def _expects_nvlink(ctx: Context, src_dev: int, dst_dev: int) -> bool:
     return src == dst or ctx.suite.pair_expects_nvlink(src, dst)
 
 
-
 def _audit_gap(ctx: Context, audit: NcclAudit) -> str | None:
     """Why the log does not show every GPU the suite expects on NVLink; None when it does.
 

@@ -80,8 +80,10 @@ def test_channel_devices_are_nvml_indices_even_when_cuda_reorders_gpus() -> None
     verdict = judges_bandwidth.nccl_transport(ctx, _audit((0, 0, 1, 1, "SHM/direct/direct")))
     assert verdict.outcome is Outcome.FAIL
     assert "rank 0[GPU 0] -> rank 1[GPU 1] via SHM/direct/direct" in verdict.message
-    # "0[0] -> 1[2]" is NVML 0 -> 2, a PCIe pair in this suite: SHM is what NCCL should pick there.
-    across = judges_bandwidth.nccl_transport(ctx, _audit((0, 0, 1, 2, "SHM/direct/direct")))
+    # "0[0] -> 2[2]" is NVML 0 -> 2, a PCIe pair in this suite: SHM is what NCCL should pick there
+    # (the bridged pairs' P2P channels make the log cover every GPU the suite expects on NVLink).
+    bridged = ((0, 0, 1, 1, "P2P/CUMEM/read"), (2, 2, 3, 3, "P2P/CUMEM/read"))
+    across = judges_bandwidth.nccl_transport(ctx, _audit(*bridged, (0, 0, 2, 2, "SHM/direct/direct")))
     assert across.outcome is Outcome.PASS, across.message
     assert judges_bandwidth.channel_gpu(2) == 2
 
