@@ -56,9 +56,19 @@ class Context:
         """Evidence files that name no GPUs at all (an NCCL log alone) cannot say a GPU is missing."""
         return self.node.source == "evidence" and not self.node.gpus and "inventory" not in self.node.provenance
 
+    def count_unknown(self) -> str | None:
+        """Why the GPU count is only a lower bound (evidence covering part of the node), else None."""
+        if self.node.source != "evidence":
+            return None
+        return self.node.unknown_reasons.get("gpu_count")
+
     def missing_gpu(self, index: int) -> Verdict:
         if self.no_inventory():
             return unknown("evidence", f"GPU {index}", "the evidence files list no GPUs", [])
+        partial = self.count_unknown()
+        if partial is not None and self.node.gpu(index) is None:
+            # One-GPU outputs (nvidia-smi nvlink -s -i 0) say nothing about the GPUs they leave out.
+            return unknown("evidence", f"GPU {index}", partial, [])
         found = self.usable_gpus()
         gpu = self.node.gpu(index)
         if gpu is not None and gpu.problem:
@@ -124,6 +134,9 @@ def gpu_count(ctx: Context) -> Verdict:
             f"{'; '.join(lost)}; likely cause: a GPU fell off the bus (dmesg Xid 79) — reset or reboot, then check it",
             props,
         )
+    partial = ctx.count_unknown()
+    if partial is not None and found < expected:
+        return unknown("evidence", "the GPU count", partial, props)
     if found < expected:
         return failed(
             f"expected {expected} GPUs ({ctx.suite_where('suite.gpu_count')}), found {found}; likely cause: a GPU "

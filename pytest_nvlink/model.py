@@ -220,6 +220,8 @@ class Node:
     unknown_reasons: dict[str, str] = field(default_factory=dict)
     # Where each family of facts came from (file names for evidence), keyed like "paths".
     provenance: dict[str, str] = field(default_factory=dict)
+    # Evidence only: per file, damage that touched no judged fact and files left out, for the summary.
+    evidence_notes: dict[str, list[str]] = field(default_factory=dict)
     measurements: Measurements = field(default_factory=Measurements)
 
     def gpu(self, index: int) -> Gpu | None:

@@ -49,6 +49,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addini("nvlink_evidence", "evidence files or folders", type="paths", default=[])
     group.addoption(
+        "--nvlink-evidence-exclude",
+        dest="nvlink_evidence_exclude",
+        action="append",
+        metavar="GLOB",
+        help="leave files matching GLOB (name or path under the folder) out of evidence folders; repeatable "
+        "(ini: nvlink_evidence_exclude)",
+    )
+    parser.addini("nvlink_evidence_exclude", "globs of files to leave out of evidence folders", type="linelist")
+    group.addoption(
         "--nvlink-list-suites",
         dest="nvlink_list_suites",
         action="store_true",
@@ -101,6 +110,7 @@ def pytest_configure(config: pytest.Config) -> None:
         save=_optional_path(config, "nvlink_save"),
         evidence=evidence,
         evidence_missing=_setting(config, "nvlink_evidence_missing") or "fail",
+        evidence_exclude=list(config.getoption("nvlink_evidence_exclude") or config.getini("nvlink_evidence_exclude")),
         pair_mode=_setting(config, "nvlink_pair_mode"),
         backend=_setting(config, "nvlink_backend"),
     )

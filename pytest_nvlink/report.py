@@ -213,4 +213,17 @@ def evidence_coverage(node: Node) -> str:
     from pytest_nvlink.evidence import coverage
 
     rows = [[family, FAMILY_CHECKS.get(family, ""), files or "(none)"] for family, files in coverage(node)]
-    return tabulate(rows, headers=["evidence", "checks", "files"], tablefmt="simple")
+    return "\n".join([tabulate(rows, headers=["evidence", "checks", "files"], tablefmt="simple"), *file_notes(node)])
+
+
+def file_notes(node: Node) -> list[str]:
+    """Per evidence file: what it contributed and every note about damage or about being left out."""
+    from pytest_nvlink.evidence import file_coverage
+
+    lines: list[str] = []
+    for file, families, notes in file_coverage(node):
+        if not notes:
+            continue
+        lines.append(f"{file}: {', '.join(families) or 'contributed nothing'}")
+        lines += [f"  note: {note}" for note in notes]
+    return ["", "evidence notes (damage that touched no judged fact; files left out):", *lines] if lines else []

@@ -34,6 +34,7 @@ class RunOptions:
     save: Path | None = None
     evidence: list[Path] = field(default_factory=list)
     evidence_missing: str = "fail"  # "fail" | "skip"
+    evidence_exclude: list[str] = field(default_factory=list)  # globs left out of evidence folders
     pair_mode: str | None = None  # overrides the suite's measure.pair_mode
     backend: str | None = None  # "nccl" | "gloo"; None picks from the hardware
 
@@ -95,7 +96,7 @@ def _load_node(options: RunOptions, live_probe: Callable[[], Node]) -> Node:
         from pytest_nvlink.evidence import EvidenceError, load_evidence
 
         try:
-            return load_evidence(options.evidence)
+            return load_evidence(options.evidence, options.evidence_exclude)
         except EvidenceError as exc:
             raise ConfigError(f"--nvlink-evidence: {exc}") from None
     return live_probe()

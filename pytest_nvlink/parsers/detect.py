@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 
 from pytest_nvlink.parsers import nccl_log, nccl_tests, nvbandwidth, nvlink, p2p_latency, topo
-from pytest_nvlink.parsers.common import ParseError
+from pytest_nvlink.parsers.common import ParseError, split_lines
 
 TOPO_MATRIX = "topo_matrix"
 TOPO_P2P = "topo_p2p"
@@ -24,6 +25,7 @@ P2P_BANDWIDTH_LATENCY = "p2p_bandwidth_latency"
 NVBANDWIDTH = "nvbandwidth"
 NCCL_LOG = "nccl_log"
 SNAPSHOT_JSON = "snapshot_json"
+SMI_QUERY = "nvidia_smi_q"
 
 KINDS: tuple[str, ...] = (
     TOPO_MATRIX,
@@ -38,6 +40,7 @@ KINDS: tuple[str, ...] = (
     NVBANDWIDTH,
     NCCL_LOG,
     SNAPSHOT_JSON,
+    SMI_QUERY,
 )
 
 _M = re.MULTILINE
@@ -136,3 +139,55 @@ def _topo_kind(text: str) -> str | None:
     if re.search(r"^\s*GPU\d+[\sA-Z]*\b(?:X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)\b", text, _M):
         return TOPO_MATRIX
     return None
+
+
+# --- files holding several outputs ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Part:
+    """One tool's output inside a file: its text and the 1-based line of the file where it starts."""
+
+    start_line: int
+    text: str
+
+
+# Lines that can only begin a new tool output. The same kind repeats without a split where a tool's
+# own output repeats the marker (nvidia-smi nvlink per GPU, nvbandwidth per testcase).
+_STARTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("command", re.compile(r"^\s*(?:\S*[$#>%]\s+)?(?:sudo\s+)?(?:\S*/)?(?:nvidia-smi\b|nvbandwidth\b|\w+_perf\b|p2pBandwidthLatencyTest\b)")),
+    (TOPO_MATRIX, re.compile(r"^\s*GPU0(?:\s+GPU1|\s+(?:NIC0|mlx\w+|CPU\s+Affinity)|\s*$)")),
+    (NVLINK_STATUS, re.compile(r"^\s*GPU\s+\d+:.*\(UUID:")),
+    (NCCL_TESTS, re.compile(r"^\s*#\s*(?:nccl-tests version|Collective test starting|nThread\s+\d+|size\s+count\s+type)")),
+    (NVBANDWIDTH, re.compile(r"^\s*(?:nvbandwidth Version:|Running\s+\w+\.\s*$)")),
+    (P2P_BANDWIDTH_LATENCY, re.compile(r"^\s*\[P2P \(Peer-to-Peer\) GPU Bandwidth Latency Test\]")),
+    (SMI_QUERY, re.compile(r"^\s*=+\s*NVSMI LOG\s*=+\s*$")),
+)
+_REPEATS_WITHIN_ONE_OUTPUT = {NVLINK_STATUS, NVBANDWIDTH, "command"}
+
+
+def split_parts(text: str) -> list[Part]:
+    """The file cut where a second tool's output begins; lines before the first output go with it."""
+    lines = split_lines(text)
+    starts: list[int] = [0]
+    current: str | None = None
+    pending_command: int | None = None
+    for index, line in enumerate(lines):
+        marker = next((name for name, pattern in _STARTS if pattern.search(line)), None)
+        if marker is None:
+            continue
+        if marker == "command":
+            if current is not None and pending_command is None:
+                pending_command = index  # the next output starts here, command line included
+            continue
+        if current is not None and (marker != current or marker not in _REPEATS_WITHIN_ONE_OUTPUT):
+            if not (marker == NCCL_TESTS == current and not _has_rows(lines[starts[-1] : index])):
+                starts.append(pending_command if pending_command is not None else index)
+        current = marker
+        pending_command = None
+    starts.append(len(lines))
+    return [Part(a + 1, "\n".join(lines[a:b])) for a, b in zip(starts, starts[1:], strict=False) if a < b]
+
+
+def _has_rows(lines: list[str]) -> bool:
+    return any(re.match(r"\s*\d+\s+\d+\s+[a-z]\w*\s+\S+", line) for line in lines)
