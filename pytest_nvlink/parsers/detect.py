@@ -6,6 +6,7 @@ contains NCCL log lines too, and a log of an nccl-tests run can carry the table 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -155,10 +156,18 @@ class Part:
 # Lines that can only begin a new tool output. The same kind repeats without a split where a tool's
 # own output repeats the marker (nvidia-smi nvlink per GPU, nvbandwidth per testcase).
 _STARTS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("command", re.compile(r"^\s*(?:\S*[$#>%]\s+)?(?:sudo\s+)?(?:\S*/)?(?:nvidia-smi\b|nvbandwidth\b|\w+_perf\b|p2pBandwidthLatencyTest\b)")),
+    (
+        "command",
+        re.compile(
+            r"^\s*(?:\S*[$#>%]\s+)?(?:sudo\s+)?(?:\S*/)?(?:nvidia-smi\b|nvbandwidth\b|\w+_perf\b|p2pBandwidthLatencyTest\b)"
+        ),
+    ),
     (TOPO_MATRIX, re.compile(r"^\s*GPU0(?:\s+GPU1|\s+(?:NIC0|mlx\w+|CPU\s+Affinity)|\s*$)")),
     (NVLINK_STATUS, re.compile(r"^\s*GPU\s+\d+:.*\(UUID:")),
-    (NCCL_TESTS, re.compile(r"^\s*#\s*(?:nccl-tests version|Collective test starting|nThread\s+\d+|size\s+count\s+type)")),
+    (
+        NCCL_TESTS,
+        re.compile(r"^\s*#\s*(?:nccl-tests version|Collective test starting|nThread\s+\d+|size\s+count\s+type)"),
+    ),
     (NVBANDWIDTH, re.compile(r"^\s*(?:nvbandwidth Version:|Running\s+\w+\.\s*$)")),
     (P2P_BANDWIDTH_LATENCY, re.compile(r"^\s*\[P2P \(Peer-to-Peer\) GPU Bandwidth Latency Test\]")),
     (SMI_QUERY, re.compile(r"^\s*=+\s*NVSMI LOG\s*=+\s*$")),
@@ -180,13 +189,19 @@ def split_parts(text: str) -> list[Part]:
             if current is not None and pending_command is None:
                 pending_command = index  # the next output starts here, command line included
             continue
-        if current is not None and (marker != current or marker not in _REPEATS_WITHIN_ONE_OUTPUT):
-            if not (marker == NCCL_TESTS == current and not _has_rows(lines[starts[-1] : index])):
-                starts.append(pending_command if pending_command is not None else index)
+        if _begins_new_output(marker, current, lines[starts[-1] : index]):
+            starts.append(pending_command if pending_command is not None else index)
         current = marker
         pending_command = None
     starts.append(len(lines))
-    return [Part(a + 1, "\n".join(lines[a:b])) for a, b in zip(starts, starts[1:], strict=False) if a < b]
+    return [Part(a + 1, "\n".join(lines[a:b])) for a, b in itertools.pairwise(starts) if a < b]
+
+
+def _begins_new_output(marker: str, current: str | None, so_far: list[str]) -> bool:
+    if current is None or (marker == current and marker in _REPEATS_WITHIN_ONE_OUTPUT):
+        return False
+    # nccl-tests prints several header lines; only one after result rows starts a second run.
+    return not (marker == NCCL_TESTS == current and not _has_rows(so_far))
 
 
 def _has_rows(lines: list[str]) -> bool:

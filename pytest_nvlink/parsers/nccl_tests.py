@@ -150,6 +150,8 @@ def parse(text: str, *, op: str | None = None) -> NcclTestsResult:
         nranks = state.log_nranks
         how.append(f"{nranks} ranks from NCCL INFO 'rank R nranks N' lines")
     wrongs = [t.wrong for r in rows for t in (r.out_of_place, r.in_place) if t.wrong is not None]
+    detected: str | None
+    candidates: tuple[str, ...]
     if op:
         detected, candidates = _op_from_hint(op), ()
     else:
