@@ -53,6 +53,10 @@ _NVLINK_LINES = {
     NVLINK_CAPS: re.compile(r"^\s*Link\s+\d+\s*,.*:\s*(?:true|false)\s*$", _M | re.I),
     NVLINK_ERRORS: re.compile(r"^\s*Link\s+\d+:\s*(?!Remote)[A-Za-z][^:]*:\s*\S+\s*$", _M),
 }
+# An NCCL log with its "host:pid:tid [dev]" prefix grepped away or replaced by a timestamp.
+_STRIPPED_NCCL = re.compile(
+    r"^\s*(?:\[[\d\- :T.,]+\]\s*)?(?:\[\d+\]\s+)?(?:[\w.]+:\d+(?:\s+\(\w+\))?\s+)?NCCL\s+(?:INFO|WARN)\s", _M
+)
 
 
 def detect_kind(text: str) -> str | None:
@@ -69,7 +73,7 @@ def detect_kind(text: str) -> str | None:
         found = [kind for kind, pattern in _NVLINK_LINES.items() if pattern.search(text)]
         if found:
             return found[0] if len(found) == 1 else NVLINK_MIXED
-    if re.search(r"\S+:\d+:\d+\s+\[\d+\]\s+(?:\S+:\d+\s+)?NCCL\s+(?:INFO|WARN)", text):
+    if re.search(r"\S+:\d+:\d+\s+\[\d+\]\s+(?:\S+:\d+\s+)?NCCL\s+(?:INFO|WARN)", text) or _STRIPPED_NCCL.search(text):
         return NCCL_LOG
     return _topo_kind(text)
 

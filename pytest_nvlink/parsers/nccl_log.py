@@ -158,19 +158,40 @@ def _freeze(out: _Builder) -> NcclLog:
     )
 
 
+# Issue 10 classes 6 and 9: grepped or reformatted logs, where the "host:pid:tid [dev]" prefix is
+# gone or replaced: "NCCL INFO Channel 00 : ...", "[2025-01-31 12:00:00] NCCL INFO ...",
+# "transport.cc:123 (ncclTransportP2pSetup) NCCL INFO ...". Tried only when _PREFIX does not match.
+_STRIPPED = re.compile(
+    r"^\s*(?:\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\]\s*)?(?:\[(?P<dev>\d+)\]\s+)?"
+    r"(?:(?P<file>[\w.]+:\d+)(?:\s+\(\w+\))?\s+)?NCCL\s+(?P<level>INFO|WARN|TRACE|ABORT)\s?(?P<msg>.*)"
+)
+
+
+def _match_line(raw: str) -> tuple[str, str, str] | None:
+    """(host, level, message) of an NCCL log line, with or without the usual prefix; None otherwise."""
+    match = _PREFIX.search(raw)
+    if match is not None:
+        return match.group("host"), match.group("level"), match.group("msg")
+    stripped = _STRIPPED.match(raw)
+    if stripped is not None:
+        return "", stripped.group("level"), stripped.group("msg")
+    return None
+
+
 def _read_into(text: str, out: _Builder) -> None:
     for line_no, raw in enumerate(split_lines(text), start=1):
-        match = _PREFIX.search(raw)
-        if match is None:
+        found = _match_line(raw)
+        if found is None:
             if re.search(r"\bNCCL\s+(?:INFO|WARN)\b.*\bChannel\b.*\bvia\b", raw):
                 raise bad_line("'host:pid:tid [dev] NCCL INFO Channel ...' prefix", raw, line_no)
             continue
         out.nccl_lines += 1
-        out.hosts[match.group("host")] = None
-        msg = match.group("msg").strip()
-        if match.group("level") == "WARN":
+        host, level, msg = found[0], found[1], found[2].strip()
+        if host:
+            out.hosts[host] = None
+        if level == "WARN":
             out.warnings.append(msg)
-        _read_message(msg, match.group("host"), raw, line_no, out)
+        _read_message(msg, host, raw, line_no, out)
 
 
 def _read_message(msg: str, host: str, raw: str, line_no: int, out: _Builder) -> None:
