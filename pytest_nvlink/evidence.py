@@ -23,6 +23,7 @@ from pytest_nvlink.parsers.nccl_tests import NcclTestsResult
 from pytest_nvlink.parsers.nvbandwidth import NvbandwidthResult
 from pytest_nvlink.parsers.nvlink import NvlinkReport
 from pytest_nvlink.parsers.p2p_latency import P2PLatencyResult
+from pytest_nvlink.parsers.smi_query import SmiQuery
 from pytest_nvlink.parsers.topo import TopoMatrix, TopoP2P
 from pytest_nvlink.snapshot import SnapshotError, node_from_document
 
@@ -37,6 +38,7 @@ FAMILIES: tuple[str, ...] = (
     "p2p_bandwidth",
     "collectives",
     "nccl_transport",
+    "platform",
 )
 
 
@@ -227,6 +229,9 @@ def _dispatch(kind: str, result: object, loaded: _Loaded, merger: Merger, pendin
         merger.add_p2p_latency(result, name)
     elif isinstance(result, NvbandwidthResult):
         merger.add_nvbandwidth(result, name)
+    elif isinstance(result, SmiQuery):
+        for note in merger.add_smi_query(result, name):
+            pending.note(loaded.file, note)
     elif kind == detect.SNAPSHOT_JSON:
         try:
             node = node_from_document(result, name)

@@ -73,6 +73,7 @@ class FabricInfo:
     clique_id: int | None = None
     cluster_uuid: str | None = None
     degraded_bandwidth: bool | None = None
+    health_summary: str | None = None  # nvidia-smi -q Fabric Health Summary: "healthy", "unhealthy", ...
 
 
 @dataclass

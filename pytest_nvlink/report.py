@@ -205,6 +205,7 @@ FAMILY_CHECKS: dict[str, str] = {
     "p2p_bandwidth": "test_p2p_unidirectional, test_p2p_bidirectional, test_p2p_latency, test_p2p_path_proof",
     "collectives": "test_collective_busbw",
     "nccl_transport": "test_nccl_transport",
+    "platform": "test_fabric, test_pcie_link",
 }
 
 

@@ -173,6 +173,8 @@ def test_every_family_covered_by_a_consistent_set(tmp_path: Path) -> None:
     write(root, "status.txt", "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1)\n\t Link 0: 25.0 GB/s\n")
     tests = sample(NCCL_TESTS).replace("A100-SXM4-40GB", "A100-SXM4-80GB")
     write(root, "allreduce.log", tests)
+    smi = "GPU 00000000:07:00.0\n    Product Name : NVIDIA A100-SXM4-80GB\n    Minor Number : 0\n"
+    write(root, "q.txt", smi + "    Fabric\n        State : Completed\n        Status : Success\n")
     node = load_evidence([root])
     covered = dict(coverage(node))
     assert list(covered) == list(FAMILIES)

@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from pytest_nvlink.parsers import nccl_log, nccl_tests, nvbandwidth, nvlink, p2p_latency, topo
+from pytest_nvlink.parsers import nccl_log, nccl_tests, nvbandwidth, nvlink, p2p_latency, smi_query, topo
 from pytest_nvlink.parsers.common import ParseError, split_lines
 
 TOPO_MATRIX = "topo_matrix"
@@ -63,6 +63,10 @@ def detect_kind(text: str) -> str | None:
     """One of KINDS, or None when the text looks like none of the supported tools."""
     if _is_snapshot(text):
         return SNAPSHOT_JSON
+    if re.search(r"NVSMI LOG|^\s*Attached GPUs\s*:", text, _M) or re.search(
+        r"^\s*GPU\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$", text, _M
+    ):
+        return SMI_QUERY
     if re.search(r"^\s*Running\s+\w+\.", text, _M) and re.search(r"\(row\)\s*(?:<->|->|<-)", text):
         return NVBANDWIDTH
     if re.search(r"Peer-to-Peer\) GPU Bandwidth Latency Test|Access Peer Device=|P2P=(?:Enabled|Disabled)", text):
@@ -107,6 +111,8 @@ def parse_kind(kind: str, text: str) -> object:
         return nccl_log.parse(text)
     if kind == SNAPSHOT_JSON:
         return _load_json(text)
+    if kind == SMI_QUERY:
+        return smi_query.parse(text)
     raise ParseError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}", 0)
 
 
