@@ -243,6 +243,9 @@ def _dispatch(kind: str, result: object, loaded: _Loaded, merger: Merger, pendin
 
 
 def _add_nccl_tests(result: NcclTestsResult, loaded: _Loaded, merger: Merger, pending: _Pending) -> None:
+    if not result.rows:
+        _add_hung_run(result, loaded, merger, pending)
+        return
     if result.op is None:
         candidates = " or ".join(result.op_candidates) or "any collective"
         pending.note(
@@ -263,6 +266,14 @@ def _add_nccl_tests(result: NcclTestsResult, loaded: _Loaded, merger: Merger, pe
     # A run with NCCL_DEBUG=INFO also shows which transports NCCL picked.
     if re.search(r"NCCL\s+INFO\s+Channel\s+\d+.*\bvia\b", loaded.text):
         pending.nccl_logs.append(loaded)
+
+
+def _add_hung_run(result: NcclTestsResult, loaded: _Loaded, merger: Merger, pending: _Pending) -> None:
+    """Banner and column header but no row: the run hung or was killed, which is a failed run."""
+    error = "the nccl-tests run printed its header and no result row (it hung or was killed)"
+    pending.note(loaded.file, f"{error}; judged as a failed {result.op or 'collective'} run")
+    if result.op is not None:
+        merger.add_failed_collective(result.op, result.nranks or 0, error, loaded.name)
 
 
 def _absorb_nccl_logs(logs: list[_Loaded], merger: Merger) -> None:

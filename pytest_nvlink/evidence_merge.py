@@ -302,6 +302,24 @@ class Merger:
         if fabric is not None:
             self._gpu_fact(index, "fabric", fabric, file)
 
+    def add_failed_collective(self, op: str, world_size: int, error: str, file: str) -> None:
+        """A collective run that produced no figure at all (hung, killed): evidence of failure, not absence."""
+        self.collectives.append(
+            CollectiveMeasurement(
+                op=op,
+                size_bytes=0,
+                world_size=world_size,
+                time_us=None,
+                algbw_gbps=None,
+                busbw_gbps=None,
+                correct=False,
+                backend="nccl",
+                error=error,
+                source=f"nccl-tests: {file}",
+            )
+        )
+        self._note("collectives", file)
+
     def add_nccl_audit(self, audit: NcclAudit, files: list[str]) -> None:
         self.nccl = audit
         for file in files:

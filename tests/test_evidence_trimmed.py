@@ -146,3 +146,27 @@ def test_version_line_only_is_a_log_without_channels(tmp_path: Path) -> None:
 def test_mnnvl_transport_is_p2p() -> None:
     log = nccl_log.parse(stripped_log("P2P/MNNVL"))
     assert {c.transport for c in log.channels} == {"P2P"}
+
+
+# --- class 10: elided rows, tailed logs, runs that printed no row ------------------------------------
+
+
+def test_rows_elided_with_dots_keep_the_rest(tmp_path: Path) -> None:
+    lines = sample(NCCL_TESTS).splitlines()
+    first = next(i for i, line in enumerate(lines) if line.strip().startswith("64 "))
+    elided = [*lines[: first + 2], "        ...", *lines[first + 10 :]]
+    result = nccl_tests.parse("\n".join(elided))
+    assert result.op == "all_reduce" and len(result.rows) == len(nccl_tests.parse(sample(NCCL_TESTS)).rows) - 8
+
+
+def test_run_that_printed_no_row_fails_the_collective(pytester: pytest.Pytester) -> None:
+    text = sample(NCCL_TESTS)
+    header_end = text.index("(B)    (elements)")
+    hung = "$ ./build/all_reduce_perf -b 8 -e 8G -f 2 -g 8\n" + text[: text.index("\n", header_end) + 1]
+    path = write(pytester.path, "hung.txt", hung)
+    node = load_evidence([path])
+    (measurement,) = node.measurements.collectives
+    assert (measurement.op, measurement.world_size, measurement.correct) == ("all_reduce", 8, False)
+    run = pytester.runpytest("--nvlink-suite=a100-8gpu", f"--nvlink-evidence={path}", "-k", "all_reduce")
+    run.assert_outcomes(failed=1, deselected=run.parseoutcomes()["deselected"])
+    run.stdout.fnmatch_lines(["*all_reduce: the nccl-tests run printed its header and no result row (it hung*"])

@@ -112,6 +112,7 @@ class _State:
     nthreads: int | None = None
     ngpus: int | None = None
     error_column: bool = False
+    column_header: bool = False  # "#  size  count  type ..." seen: a run without rows hung or was killed
     log_nranks: int | None = None
     log_ranks: dict[int, None] = field(default_factory=dict)
     out_of_bounds: int | None = None
@@ -142,7 +143,7 @@ def parse(text: str, *, op: str | None = None) -> NcclTestsResult:
             binary = _BINARY.search(line)
             if binary and state.binary is None:
                 state.binary = binary.group(0)  # the command line, e.g. "./build/all_reduce_perf -b 8"
-    if not rows:
+    if not rows and not (state.column_header and (state.binary or devices or state.ngpus)):
         raise ParseError("expected nccl-tests result rows (size count type ... busbw #wrong); none found", 0)
     nranks = len(devices) or (state.ngpus * state.nthreads if state.ngpus and state.nthreads else None)
     how: list[str] = []
@@ -200,6 +201,7 @@ def _read_comment(line: str, raw: str, line_no: int, state: _State, devices: lis
     elif body.startswith("Rank") and "device" in body:
         raise bad_line("'#  Rank  N Group  N Pid  N on HOST device  N [BUS] NAME'", raw, line_no)
     elif re.match(r"size\s+count\s+type\b", body):
+        state.column_header = True
         state.error_column = "error" in body.split() and "#wrong" not in body
     else:
         _read_footer(body, raw, line_no, state)
@@ -284,6 +286,8 @@ def _op_from_columns(
     rows: list[Row], nranks: int | None, how: list[str]
 ) -> tuple[str | None, tuple[str, ...], int | None]:
     """Guess from redop/root and the busbw/algbw factor (nccl-tests doc/PERFORMANCE.md)."""
+    if not rows:
+        return None, (), nranks
     first = rows[0]
     reduces = first.redop not in (None, "none")
     if first.root is not None and first.root >= 0:
@@ -308,6 +312,8 @@ def _op_from_columns(
 
 
 def _median_ratio(rows: list[Row]) -> float | None:
+    if not rows:
+        return None
     ratios = sorted(
         r.out_of_place.busbw_gbps / r.out_of_place.algbw_gbps
         for r in rows
