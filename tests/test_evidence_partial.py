@@ -233,3 +233,23 @@ def test_unknown_part_names_the_line_where_it_begins(tmp_path: Path) -> None:
 def test_shipped_samples_are_one_part_each() -> None:
     for path in sorted(EVIDENCE.rglob("*.txt")):
         assert len(detect.split_parts(path.read_text())) == 1, path
+
+
+# --- class 10: a topo -m matrix whose header line was lost -----------------------------------------
+
+
+def test_headerless_topo_takes_columns_from_the_rows(pytester: pytest.Pytester) -> None:
+    lines = sample(H100_TOPO).splitlines()
+    path = write(pytester.path, "topo.txt", "\n".join(lines[1:]) + "\n")
+    node = load_evidence([path])
+    assert len(node.paths or []) == 28 and {p.path for p in node.paths or []} == {"NV18"}
+    assert node.evidence_notes[str(path)][0].startswith("line 1: header line missing; columns taken from")
+    run = pytester.runpytest("--nvlink-suite=h100-8gpu", f"--nvlink-evidence={path}", "-k", "test_path")
+    run.assert_outcomes(passed=28, deselected=run.parseoutcomes()["deselected"])
+
+
+def test_headerless_topo_with_a_gpu_row_lost_is_an_error(tmp_path: Path) -> None:
+    lines = sample(A100_TOPO).splitlines()
+    text = "\n".join(line for line in lines[1:] if not line.startswith("GPU7")) + "\n"
+    with pytest.raises(EvidenceError, match=r"t\.txt:1: header line missing and row GPU0 has an NVLink cell"):
+        load_evidence([write(tmp_path, "t.txt", text)])

@@ -143,7 +143,7 @@ def _is_nccl_tests(text: str) -> bool:
 
 
 def _topo_kind(text: str) -> str | None:
-    if not re.search(r"^\s*GPU0\s*GPU1|^\s*GPU0\s+(?:CPU|NIC|mlx)|^\s*GPU0\s*$", text, _M):
+    if not re.search(r"^\s*GPU0\s*GPU1|^\s*GPU0\s+(?:CPU|NIC|mlx)|^\s*GPU0\s*$|^\s*GPU0\s+X\s", text, _M):
         return None
     if re.search(r"^\s*GPU\d+\s.*\b(?:OK|CNS|GNS|TNS|NS)\b", text, _M):
         return TOPO_P2P

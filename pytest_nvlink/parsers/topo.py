@@ -36,6 +36,7 @@ _P2P_CAPABILITY_FLAGS: dict[str, tuple[str, ...]] = {
 _AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _GPU_LABEL = re.compile(r"GPU(\d+)")
 _HEADER_WORDS = {"CPU", "NUMA", "Affinity", "GPU", "ID"}
+_ROW_LABEL = re.compile(r"\s*(GPU\d+|NIC\d+|mlx5_\d+)\s+(?:X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC|OK|CNS|GNS|TNS|NS|U)\b")
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class _Table:
     header_line: int
     notes: list[tuple[int, str]] = field(default_factory=list)
     damaged_extras: set[str] = field(default_factory=set)  # rows whose affinity cells cannot be aligned
+    headerless: bool = False  # columns inferred from the row labels; values after them are not read
 
     @property
     def gpu_columns(self) -> int:
@@ -149,7 +151,10 @@ def _detect_pcie_only(text: str, paths: dict[tuple[int, int], str]) -> bool:
 
 
 def _read_table(lines: list[str], cell_pattern: str) -> _Table:
-    header_at = _find_header(lines)
+    try:
+        header_at = _find_header(lines)
+    except ParseError:
+        return _read_headerless(lines, cell_pattern)
     notes: list[tuple[int, str]] = []
     columns, extra = _header_columns(lines[header_at], header_at + 1, notes)
     table = _Table(columns=columns, extra_columns=extra, rows={}, header_line=header_at + 1, notes=notes)
@@ -166,6 +171,38 @@ def _read_table(lines: list[str], cell_pattern: str) -> _Table:
             raise ParseError(f"row {label} appears twice (first on line {table.rows[label][2]})", index + 1)
         table.rows[label] = (cells, extras, index + 1)
     return table
+
+
+def _read_headerless(lines: list[str], cell_pattern: str) -> _Table:
+    """A matrix whose header line was lost: the columns are the row labels, in the order printed."""
+    labels = [(index, m.group(1)) for index, line in enumerate(lines) if (m := _ROW_LABEL.match(line))]
+    gpus = [label for _, label in labels if label.startswith("GPU")]
+    if not gpus or gpus != [f"GPU{i}" for i in range(len(gpus))]:
+        raise ParseError("expected a header line starting with GPU0 (nvidia-smi topo matrix); none found", 0)
+    first = labels[0][0]
+    columns = list(dict.fromkeys(label for _, label in labels))
+    note = (
+        first + 1,
+        f"header line missing; columns taken from the row labels ({', '.join(columns)}), affinity not read",
+    )
+    table = _Table(columns=columns, extra_columns=[], rows={}, header_line=first + 1, notes=[note], headerless=True)
+    cell_re = re.compile(cell_pattern)
+    for index, _ in labels:
+        parsed = _read_row(lines[index], index + 1, table, cell_re)
+        if parsed is not None:
+            table.rows[parsed[0]] = (parsed[1], parsed[2], index + 1)
+            _check_no_lost_gpu_column(parsed[0], parsed[1][len(gpus) :], index + 1)
+    return table
+
+
+def _check_no_lost_gpu_column(label: str, beyond_gpus: list[str], line_no: int) -> None:
+    # Only GPU pairs are NV#: an NV# after the last GPU row's column means a GPU row was lost too.
+    if label.startswith("GPU") and any(cell.startswith("NV") for cell in beyond_gpus):
+        raise ParseError(
+            f"header line missing and row {label} has an NVLink cell beyond the GPU rows present: a GPU row "
+            "is missing as well, so the columns cannot be told",
+            line_no,
+        )
 
 
 def _find_header(lines: list[str]) -> int:
@@ -238,6 +275,8 @@ def _read_row(
         )
     if gpu_row and len(cells) < gpus:
         raise ParseError(f"row {label} has {len(cells)} cells for {gpus} GPU columns: {quote(line)}", line_no)
+    if table.headerless:
+        extras = []
     if bad or len(cells) < len(table.columns) or len(extras) > len(table.extra_columns):
         return _damaged_outside_gpu_block(label, cells, line, line_no, table)
     return label, cells, extras
