@@ -67,7 +67,8 @@ def detect_kind(text: str) -> str | None:
         r"^\s*GPU\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$", text, _M
     ):
         return SMI_QUERY
-    if re.search(r"^\s*Running\s+\w+\.", text, _M) and re.search(r"\(row\)\s*(?:<->|->|<-)", text):
+    nvbandwidth_names = r"^\s*(?:Running\s+\w+\.|nvbandwidth Version:|SUM\s+\w+\s+[\d.]+\s*$)"
+    if re.search(nvbandwidth_names, text, _M) and re.search(r"\(row\)\s*(?:<->|->|<-)", text):
         return NVBANDWIDTH
     if re.search(r"Peer-to-Peer\) GPU Bandwidth Latency Test|Access Peer Device=|P2P=(?:Enabled|Disabled)", text):
         return P2P_BANDWIDTH_LATENCY
