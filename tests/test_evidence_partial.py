@@ -5,6 +5,7 @@ Every input here is a variant built from the shipped samples (cut, indented, glu
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -253,3 +254,25 @@ def test_headerless_topo_with_a_gpu_row_lost_is_an_error(tmp_path: Path) -> None
     text = "\n".join(line for line in lines[1:] if not line.startswith("GPU7")) + "\n"
     with pytest.raises(EvidenceError, match=r"t\.txt:1: header line missing and row GPU0 has an NVLink cell"):
         load_evidence([write(tmp_path, "t.txt", text)])
+
+
+# --- class 8: older formats ---------------------------------------------------------------------------
+
+
+def test_old_topo_with_mlx5_columns_and_no_gpu_numa_id(pytester: pytest.Pytester) -> None:
+    text = sample(A100_TOPO).replace("NIC", "mlx5_")
+    text = re.sub(r"\s+GPU NUMA ID", "", text)
+    text = re.sub(r"(?m)^(GPU\d.*?\d)\s+N/A$", r"\1", text)
+    path = write(pytester.path, "old.txt", text[: text.index("Legend:")])
+    node = load_evidence([path])
+    assert node.path(3, 4) == "NV12" and node.gpu(0).numa_node == 0 and node.evidence_notes == {}  # type: ignore[union-attr]
+    run = pytester.runpytest("--nvlink-suite=a100-8gpu", f"--nvlink-evidence={path}", "-k", "test_path")
+    run.assert_outcomes(passed=28, deselected=run.parseoutcomes()["deselected"])
+
+
+def test_p2p_bandwidth_latency_test_indented_six_spaces(tmp_path: Path) -> None:
+    text = "\n".join(
+        "      " + line for line in sample("p2pBandwidthLatencyTest/a100-sxm4-80gb-8gpu-distserve3.txt").splitlines()
+    )
+    node = load_evidence([write(tmp_path, "p2p.txt", text)])
+    assert len(node.gpus) == 8 and len([m for m in node.measurements.p2p if m.kind == "unidirectional"]) == 56

@@ -170,3 +170,43 @@ def test_run_that_printed_no_row_fails_the_collective(pytester: pytest.Pytester)
     run = pytester.runpytest("--nvlink-suite=a100-8gpu", f"--nvlink-evidence={path}", "-k", "all_reduce")
     run.assert_outcomes(failed=1, deselected=run.parseoutcomes()["deselected"])
     run.stdout.fnmatch_lines(["*all_reduce: the nccl-tests run printed its header and no result row (it hung*"])
+
+
+# --- class 9: newer formats ---------------------------------------------------------------------------
+
+
+def nccl_tests_217() -> str:
+    """The all_reduce sample as nccl-tests 2.17+ prints it: version banner, test start/concluded lines,
+    a bare NCCL version line before the table and no '# Avg bus bandwidth' footer."""
+    text = sample(NCCL_TESTS)
+    text = text.replace(
+        "#\n#                                                              out-of-place",
+        "NCCL version 2.26.3+cuda12.8\n#\n#                                                              out-of-place",
+        1,
+    )
+    text = text[: text.index("# Out of bounds")] if "# Out of bounds" in text else text
+    banner = "# nccl-tests version 2.17.1 nccl-headers=22603 nccl-library=22603\n"
+    return (
+        banner
+        + "# Collective test starting: all_reduce_perf\n"
+        + text
+        + "# Collective test concluded: all_reduce_perf\n"
+    )
+
+
+def test_nccl_tests_217_banner_is_read(pytester: pytest.Pytester) -> None:
+    result = nccl_tests.parse(nccl_tests_217())
+    assert (result.op, result.nranks, result.version, result.avg_busbw_gbps) == ("all_reduce", 8, "2.17.1", None)
+    path = write(pytester.path, "ar.txt", nccl_tests_217())
+    run = pytester.runpytest("--nvlink-suite=a100-8gpu", f"--nvlink-evidence={path}", "-k", "all_reduce")
+    run.assert_outcomes(passed=1, deselected=run.parseoutcomes()["deselected"])
+
+
+def test_mnnvl_fabric_lines_and_network_ib_are_no_fallback(pytester: pytest.Pytester) -> None:
+    extra = (
+        "[2025-03-01 10:00:00] NCCL INFO MNNVL busId 0x18000 fabric UUID 0.0 cliqueId 0x0 state 3 healthMask 0x0\n"
+        "[2025-03-01 10:00:00] NCCL INFO Using network IB\n"
+    )
+    path = write(pytester.path, "log.txt", extra + stripped_log("P2P/MNNVL"))
+    run = pytester.runpytest("--nvlink-suite=h100-8gpu", f"--nvlink-evidence={path}", "-k", "transport")
+    run.assert_outcomes(passed=1, deselected=run.parseoutcomes()["deselected"])
