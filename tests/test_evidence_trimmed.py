@@ -210,3 +210,20 @@ def test_mnnvl_fabric_lines_and_network_ib_are_no_fallback(pytester: pytest.Pyte
     path = write(pytester.path, "log.txt", extra + stripped_log("P2P/MNNVL"))
     run = pytester.runpytest("--nvlink-suite=h100-8gpu", f"--nvlink-evidence={path}", "-k", "transport")
     run.assert_outcomes(passed=1, deselected=run.parseoutcomes()["deselected"])
+
+
+def test_mnnvl_health_mask_is_two_bits_per_field() -> None:
+    single_node = "NCCL INFO MNNVL busId 0x18000 fabric UUID 0.0 cliqueId 0x0 state 3 healthMask 0x0\n"
+    (fabric,) = nccl_log.parse(single_node).mnnvl
+    assert (fabric.clique_id, fabric.problems) == (0, [])  # normal on one HGX node, not a fault
+    assert set(fabric.health.values()) == {None}
+    # 0x9a = 0b10_01_10_10, high to low: access timeout (absent), route unhealthy (01: present), route
+    # recovery (absent), degraded bandwidth (absent).
+    degraded = nccl_log.parse(single_node.replace("healthMask 0x0", "healthMask 0x9a")).mnnvl[0]
+    assert degraded.health == {
+        "degraded_bandwidth": False,
+        "route_recovery": False,
+        "route_unhealthy": True,
+        "access_timeout_recovery": False,
+    }
+    assert degraded.problems == ["route_unhealthy"]

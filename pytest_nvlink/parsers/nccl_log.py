@@ -58,6 +58,38 @@ class RankInfo:
     host: str
 
 
+# NVML's fabric health mask: 2 bits per field, 1 = the condition is present, 2 = absent, 0 = not
+# supported (nvml.h, NVML_GPU_FABRIC_HEALTH_MASK_*). A mask of 0 and "fabric UUID 0.0 cliqueId 0x0"
+# is what a single HGX node without multi-node NVLink prints: not a fault.
+_MNNVL = re.compile(
+    r"MNNVL busId\s+(?P<bus>\S+)\s+fabric UUID\s+(?P<uuid>\S+)\s+cliqueId\s+(?P<clique>\S+)"
+    r"\s+state\s+(?P<state>\d+)\s+healthMask\s+(?P<mask>0x[0-9a-fA-F]+|\d+)"
+)
+_HEALTH_FIELDS = ("degraded_bandwidth", "route_recovery", "route_unhealthy", "access_timeout_recovery")
+
+
+@dataclass(frozen=True)
+class MnnvlFabric:
+    bus_id: str
+    fabric_uuid: str
+    clique_id: int
+    state: int
+    health_mask: int
+
+    @property
+    def health(self) -> dict[str, bool | None]:
+        """Each health field: True when NVML reports the condition, False when not, None if unsupported."""
+        decoded: dict[str, bool | None] = {}
+        for position, name in enumerate(_HEALTH_FIELDS):
+            bits = (self.health_mask >> (2 * position)) & 0x3
+            decoded[name] = {1: True, 2: False}.get(bits)
+        return decoded
+
+    @property
+    def problems(self) -> list[str]:
+        return [name for name, present in self.health.items() if present]
+
+
 @dataclass(frozen=True)
 class NcclLog:
     version: str | None
@@ -72,6 +104,7 @@ class NcclLog:
     env: dict[str, str]
     warnings: tuple[str, ...]
     hosts: tuple[str, ...]
+    mnnvl: tuple[MnnvlFabric, ...] = ()  # NCCL 2.2x "MNNVL busId ... healthMask ..." lines
 
     @property
     def last_warn(self) -> str | None:
@@ -95,6 +128,7 @@ class _Builder:
     warnings: list[str] = field(default_factory=list)
     hosts: dict[str, None] = field(default_factory=dict)
     nccl_lines: int = 0
+    mnnvl: list[MnnvlFabric] = field(default_factory=list)
 
 
 def parse(text: str) -> NcclLog:
@@ -155,6 +189,7 @@ def _freeze(out: _Builder) -> NcclLog:
         env=dict(out.env),
         warnings=tuple(out.warnings),
         hosts=tuple(out.hosts),
+        mnnvl=tuple(out.mnnvl),
     )
 
 
@@ -194,7 +229,23 @@ def _read_into(text: str, out: _Builder) -> None:
         _read_message(msg, host, raw, line_no, out)
 
 
+def _read_mnnvl(msg: str, out: _Builder) -> None:
+    match = _MNNVL.search(msg)
+    if match is not None:
+        clique = match.group("clique")
+        out.mnnvl.append(
+            MnnvlFabric(
+                match.group("bus"),
+                match.group("uuid"),
+                int(clique, 0) if re.fullmatch(r"0x[0-9a-fA-F]+|\d+", clique) else -1,
+                int(match.group("state")),
+                int(match.group("mask"), 0),
+            )
+        )
+
+
 def _read_message(msg: str, host: str, raw: str, line_no: int, out: _Builder) -> None:
+    _read_mnnvl(msg, out)
     if msg.startswith("Channel") and " via " in f" {msg} ":
         out.channels[_channel(msg, raw, line_no)] = None
     elif match := re.match(r"NCCL version\s+(\S+)", msg):
