@@ -223,8 +223,6 @@ def file_notes(node: Node) -> list[str]:
 
     lines: list[str] = []
     for file, families, notes in file_coverage(node):
-        if not notes:
-            continue
         lines.append(f"{file}: {', '.join(families) or 'contributed nothing'}")
         lines += [f"  note: {note}" for note in notes]
-    return ["", "evidence notes (damage that touched no judged fact; files left out):", *lines] if lines else []
+    return ["", "evidence files (what each contributed; notes on damage and on files left out):", *lines]

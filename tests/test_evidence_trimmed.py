@@ -59,7 +59,9 @@ def test_trimmed_all_reduce_infers_op_and_ranks(pytester: pytest.Pytester) -> No
     run = pytester.runpytest("--nvlink-suite=a100-8gpu", f"--nvlink-evidence={path}", "-k", "busbw", "-rA")
     # The plateau of ~230 GB/s passes all_reduce as with the full sample; the other collectives are no evidence.
     assert outcomes(run, "test_collective_busbw").count("PASSED") == 1
-    run.stdout.fnmatch_lines(["*evidence notes*", "*note: nccl-tests header trimmed: all_reduce on 8 ranks*"])
+    run.stdout.fnmatch_lines(
+        ["*evidence files (what each contributed*", "*note: nccl-tests header trimmed: all_reduce on 8 ranks*"]
+    )
 
 
 def test_trimmed_all_gather_is_ambiguous_and_not_judged(tmp_path: Path) -> None:
