@@ -215,10 +215,13 @@ def _dispatch(kind: str, result: object, loaded: _Loaded, merger: Merger, pendin
         merger.add_topo(result, name)
     elif isinstance(result, TopoP2P):
         if not result.capabilities:
+            not_ok = [f"GPU{a}->GPU{b} {status}" for (a, b), status in sorted(result.status.items()) if status != "ok"]
+            shown = f" ({len(not_ok)} pair(s) not OK: {', '.join(not_ok[:4])}{', ...' if len(not_ok) > 4 else ''})"
             pending.note(
                 loaded.file,
                 f"nvidia-smi topo -p2p matrix without its command line (line {loaded.first_line}): the capability "
-                "(r, w, n, a) is not stated, so it gives the GPU count only; its P2P answers are not judged",
+                "(r, w, n, a) is not stated, so it gives the GPU count only; its P2P answers are not judged"
+                + (shown if not_ok else ""),
             )
         merger.add_topo_p2p(result, name)
     elif isinstance(result, NvlinkReport):

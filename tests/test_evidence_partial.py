@@ -132,6 +132,8 @@ def test_p2p_matrices_without_command_lines_give_the_count_with_a_note(tmp_path:
     assert len(node.gpus) == 3 and node.p2p is None
     notes = node.evidence_notes[str(path)]
     assert len(notes) == 2 and all("capability (r, w, n, a) is not stated" in n for n in notes)
+    assert notes[0].endswith("(1 pair(s) not OK: GPU2->GPU1 chipset_not_supported)")
+    assert notes[1].endswith("(2 pair(s) not OK: GPU2->GPU0 not_supported, GPU2->GPU1 chipset_not_supported)")
 
 
 def test_p2p_read_then_write_with_command_lines(tmp_path: Path) -> None:
