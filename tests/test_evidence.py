@@ -225,7 +225,7 @@ def test_topo_p2p_without_capability_gives_the_count_and_a_note(tmp_path: Path) 
     node = load_evidence([write(tmp_path, "w.txt", "nvidia-smi topo -p2p w\n" + matrix)])
     assert node.p2p_status(0, 1) is not None and node.p2p_status(0, 1).write == "ok"  # type: ignore[union-attr]
     assert node.p2p_status(1, 0).write == "chipset_not_supported"  # type: ignore[union-attr]
-    # Issue 10: without the command line the matrix still counts the GPUs; its answers are not judged.
+    # Without the command line the matrix still counts the GPUs; its answers are not judged.
     node = load_evidence([write(tmp_path, "x.txt", matrix)])
     assert len(node.gpus) == 2 and node.p2p is None
     assert "capability (r, w, n, a) is not stated" in node.evidence_notes[str(tmp_path / "x.txt")][0]

@@ -1,4 +1,4 @@
-"""Issue 10 classes 5, 8, 9: nvbandwidth variants built from the shipped old-format sample."""
+"""Bidirectional, newer and older nvbandwidth outputs: variants built from the shipped old-format sample."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 10: partial, trimmed and damaged outputs contribute what they state; damage elsewhere is a note.
+"""Partial, trimmed and damaged outputs contribute what they state; damage elsewhere is a note.
 
 Every input here is a variant built from the shipped samples (cut, indented, glued, concatenated).
 """
@@ -49,7 +49,7 @@ def outcomes(result: pytest.RunResult) -> dict[str, set[str]]:
     return found
 
 
-# --- class 1: outputs that cover part of the node -------------------------------------------------
+# --- outputs that cover part of the node -------------------------------------------------
 
 
 def test_one_gpu_nvlink_status_judges_that_gpu_only(pytester: pytest.Pytester) -> None:
@@ -92,7 +92,7 @@ def test_error_counters_of_gpu_3_only(tmp_path: Path) -> None:
     assert node.gpu(2).nvlinks is None  # type: ignore[union-attr]
 
 
-# --- class 2: paste damage outside the GPU block --------------------------------------------------
+# --- paste damage outside the GPU block --------------------------------------------------
 
 
 def test_glued_nic_and_affinity_cells_are_notes(tmp_path: Path) -> None:
@@ -123,7 +123,7 @@ def test_uneven_nic_rows_are_notes_but_a_gpu_cell_is_an_error(tmp_path: Path) ->
         load_evidence([write(tmp_path, "t2.txt", bad)])
 
 
-# --- class 3: topo -p2p without its command line; combined files ----------------------------------
+# --- topo -p2p without its command line; combined files ----------------------------------
 
 
 def test_p2p_matrices_without_command_lines_give_the_count_with_a_note(tmp_path: Path) -> None:
@@ -153,7 +153,7 @@ def test_topo_m_and_p2p_block_in_one_file_are_both_read(tmp_path: Path) -> None:
     assert [p.start_line for p in detect.split_parts(text)] == [1, command]
 
 
-# --- class 7: indentation and wrappers ------------------------------------------------------------
+# --- indentation and wrappers ------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -183,7 +183,7 @@ def test_indented_crlf_outputs_of_other_tools(tmp_path: Path, relative: str) -> 
     assert len(node.gpus) == 8
 
 
-# --- issue 8: files with several outputs, unusable files --------------------------------------------
+# --- files with several outputs, unusable files --------------------------------------------
 
 
 def test_every_output_of_a_concatenated_file_is_read(pytester: pytest.Pytester) -> None:
@@ -238,7 +238,7 @@ def test_shipped_samples_are_one_part_each() -> None:
         assert len(detect.split_parts(path.read_text())) == 1, path
 
 
-# --- class 10: a topo -m matrix whose header line was lost -----------------------------------------
+# --- a topo -m matrix whose header line was lost -----------------------------------------
 
 
 def test_headerless_topo_takes_columns_from_the_rows(pytester: pytest.Pytester) -> None:
@@ -258,7 +258,7 @@ def test_headerless_topo_with_a_gpu_row_lost_is_an_error(tmp_path: Path) -> None
         load_evidence([write(tmp_path, "t.txt", text)])
 
 
-# --- class 8: older formats ---------------------------------------------------------------------------
+# --- older formats ---------------------------------------------------------------------------
 
 
 def test_old_topo_with_mlx5_columns_and_no_gpu_numa_id(pytester: pytest.Pytester) -> None:

@@ -1,4 +1,4 @@
-"""Issue 10 class 11: nvidia-smi -q as evidence (inventory, PCIe link, NVSwitch fabric), with variants."""
+"""nvidia-smi -q as evidence (inventory, PCIe link, NVSwitch fabric), with variants."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 10: trimmed nccl-tests output and grepped NCCL logs, as variants of the shipped samples."""
+"""Trimmed nccl-tests output and grepped NCCL logs, as variants of the shipped samples."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def outcomes(result: pytest.RunResult, check: str) -> list[str]:
     return [line.split()[0] for line in result.stdout.lines if f"::{check}[" in line and line.split()[0].isupper()]
 
 
-# --- class 4: nccl-tests with the header trimmed ----------------------------------------------------
+# --- nccl-tests with the header trimmed ----------------------------------------------------
 
 
 def test_trimmed_all_reduce_infers_op_and_ranks(pytester: pytest.Pytester) -> None:
@@ -96,7 +96,7 @@ def test_tailed_log_with_destroy_lines_gives_the_rank_count() -> None:
     assert result.nranks == 8
 
 
-# --- class 6: NCCL logs that were grepped or stripped -------------------------------------------------
+# --- NCCL logs that were grepped or stripped -------------------------------------------------
 
 
 def stripped_log(transport: str = "P2P/CUMEM/read") -> str:
@@ -150,7 +150,7 @@ def test_mnnvl_transport_is_p2p() -> None:
     assert {c.transport for c in log.channels} == {"P2P"}
 
 
-# --- class 10: elided rows, tailed logs, runs that printed no row ------------------------------------
+# --- elided rows, tailed logs, runs that printed no row ------------------------------------
 
 
 def test_rows_elided_with_dots_keep_the_rest(tmp_path: Path) -> None:
@@ -174,7 +174,7 @@ def test_run_that_printed_no_row_fails_the_collective(pytester: pytest.Pytester)
     run.stdout.fnmatch_lines(["*all_reduce: the nccl-tests run printed its header and no result row (it hung*"])
 
 
-# --- class 9: newer formats ---------------------------------------------------------------------------
+# --- newer formats ---------------------------------------------------------------------------
 
 
 def nccl_tests_217() -> str:

@@ -193,7 +193,7 @@ def _freeze(out: _Builder) -> NcclLog:
     )
 
 
-# Issue 10 classes 6 and 9: grepped or reformatted logs, where the "host:pid:tid [dev]" prefix is
+# Grepped or reformatted logs, where the "host:pid:tid [dev]" prefix is
 # gone or replaced: "NCCL INFO Channel 00 : ...", "[2025-01-31 12:00:00] NCCL INFO ...",
 # "transport.cc:123 (ncclTransportP2pSetup) NCCL INFO ...". Tried only when _PREFIX does not match.
 _STRIPPED = re.compile(
