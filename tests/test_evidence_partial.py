@@ -278,3 +278,28 @@ def test_p2p_bandwidth_latency_test_indented_six_spaces(tmp_path: Path) -> None:
     )
     node = load_evidence([write(tmp_path, "p2p.txt", text)])
     assert len(node.gpus) == 8 and len([m for m in node.measurements.p2p if m.kind == "unidirectional"]) == 56
+
+
+def test_glued_nic_cells_judged_as_a_person_would(pytester: pytest.Pytester) -> None:
+    text = sample(A100_TOPO).replace("SYS     SYS     SYS     SYS     0-63", "SYS     SYS     SYS     SYS0-63", 1)
+    path = write(pytester.path, "topo.txt", text)
+    run = pytester.runpytest("--nvlink-suite=a100-8gpu", f"--nvlink-evidence={path}", "-k", "test_path or count")
+    run.assert_outcomes(passed=29, deselected=run.parseoutcomes()["deselected"])
+    run.stdout.fnmatch_lines(
+        ["*topo.txt: inventory, paths", "  note: line 2: row GPU0: NIC or affinity cells damaged*"]
+    )
+
+
+def test_p2p_read_and_write_matrices_of_eight_gpus_judged(pytester: pytest.Pytester) -> None:
+    def matrix(bad: tuple[int, int] | None) -> str:
+        rows = "".join(
+            "\t".join([f"GPU{a}", *("X" if a == b else ("NS" if (a, b) == bad else "OK") for b in range(8))]) + "\n"
+            for a in range(8)
+        )
+        return "\t" + "\t".join(f"GPU{i}" for i in range(8)) + "\n" + rows
+
+    text = "$ nvidia-smi topo -p2p r\n" + matrix(None) + "\n$ nvidia-smi topo -p2p w\n" + matrix((3, 5))
+    path = write(pytester.path, "p2p.txt", text)
+    run = pytester.runpytest("--nvlink-suite=a100-8gpu", f"--nvlink-evidence={path}", "-k", "p2p_status")
+    run.assert_outcomes(passed=55, failed=1, deselected=run.parseoutcomes()["deselected"])
+    run.stdout.fnmatch_lines(["*test_p2p_status[[]gpu3-gpu5[]]*"])
