@@ -8,7 +8,10 @@ user handed in and we ignored would make a verdict look better covered than it i
 
 from __future__ import annotations
 
+import codecs
+import fnmatch
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,11 +23,12 @@ from pytest_nvlink.parsers.nccl_tests import NcclTestsResult
 from pytest_nvlink.parsers.nvbandwidth import NvbandwidthResult
 from pytest_nvlink.parsers.nvlink import NvlinkReport
 from pytest_nvlink.parsers.p2p_latency import P2PLatencyResult
+from pytest_nvlink.parsers.smi_query import SmiQuery
 from pytest_nvlink.parsers.topo import TopoMatrix, TopoP2P
 from pytest_nvlink.snapshot import SnapshotError, node_from_document
 from pytest_nvlink.values import evidence_value_error, parsed_value_error
 
-__all__ = ["FAMILIES", "EvidenceConflict", "EvidenceError", "coverage", "load_evidence"]
+__all__ = ["FAMILIES", "EvidenceConflict", "EvidenceError", "coverage", "file_coverage", "load_evidence"]
 
 FAMILIES: tuple[str, ...] = (
     "inventory",
@@ -35,36 +39,52 @@ FAMILIES: tuple[str, ...] = (
     "p2p_bandwidth",
     "collectives",
     "nccl_transport",
+    "platform",
 )
-_SNIFF_BYTES = 8192
 
 
 @dataclass
 class _Loaded:
-    name: str  # how messages and provenance name the file
+    name: str  # how messages and provenance name the file (or the part of a file)
     text: str
+    file: str = ""  # the file the text came from; notes are listed per file
+    first_line: int = 1  # the file line the text starts on, for messages about a part of a file
+
+    def where(self, line_no: int) -> str:
+        return f"{self.file or self.name}:{self.first_line - 1 + line_no}" if line_no else self.file or self.name
 
 
 @dataclass
 class _Pending:
     nccl_logs: list[_Loaded] = field(default_factory=list)
+    notes: dict[str, list[str]] = field(default_factory=dict)  # file -> notes, in the order found
+
+    def note(self, file: str, text: str) -> None:
+        self.notes.setdefault(file, []).append(text)
 
 
-def load_evidence(paths: list[Path]) -> Node:
-    """Parse every file (directories recursively, binary files in them skipped) into one evidence Node."""
-    files = _expand(paths)
+def load_evidence(paths: list[Path], exclude: Sequence[str] = ()) -> Node:
+    """Parse every file (directories recursively) into one evidence Node.
+
+    A file in a folder that cannot be used (binary, undecodable, of no known kind) stops the run
+    with every such file listed, unless ``exclude`` (globs on the name or the path under the folder)
+    leaves it out; excluded files are listed as notes, so the summary still shows them.
+    """
+    pending = _Pending()
+    files = _expand(paths, exclude, pending)
     if not files:
         raise EvidenceError(f"no evidence files found in {', '.join(str(p) for p in paths) or 'an empty list'}")
+    parts = _detect_all(files)
     merger = Merger()
-    pending = _Pending()
-    for loaded in files:
-        _absorb(loaded, merger, pending)
+    for kind, loaded in parts:
+        _absorb(kind, loaded, merger, pending)
     if pending.nccl_logs:
         _absorb_nccl_logs(pending.nccl_logs, merger)
     node = merger.build()
     impossible = evidence_value_error(node, node.provenance, {loaded.name: loaded.text for loaded in files})
     if impossible:
         raise EvidenceError(impossible)
+    node.evidence_notes = {file: list(notes) for file, notes in pending.notes.items()}
     return node
 
 
@@ -73,60 +93,126 @@ def coverage(node: Node) -> list[tuple[str, str]]:
     return [(family, node.provenance.get(family, "")) for family in FAMILIES]
 
 
+def file_coverage(node: Node) -> list[tuple[str, list[str], list[str]]]:
+    """(file, families it contributed to, notes about it) for every file that fed or was noted."""
+    families: dict[str, list[str]] = {}
+    for family in FAMILIES:
+        for name in filter(None, node.provenance.get(family, "").split(", ")):
+            families.setdefault(_file_of(name), []).append(family)
+    files = list(dict.fromkeys([*families, *node.evidence_notes]))
+    return [(file, families.get(file, []), node.evidence_notes.get(file, [])) for file in files]
+
+
+def _file_of(name: str) -> str:
+    """The file of a provenance entry; parts of a multi-output file are named "file (line N)"."""
+    match = re.fullmatch(r"(.*) \(line \d+\)", name)
+    return match.group(1) if match else name
+
+
 # --- reading files ------------------------------------------------------------------------------
 
 
-def _expand(paths: list[Path]) -> list[_Loaded]:
+def _expand(paths: list[Path], exclude: Sequence[str], pending: _Pending) -> list[_Loaded]:
     loaded: list[_Loaded] = []
+    unusable: list[str] = []
     for path in paths:
         if path.is_dir():
             for file in sorted(p for p in path.rglob("*") if p.is_file()):
-                text = _read(file, explicit=False)
-                if text is not None:
-                    loaded.append(_Loaded(str(file), text))
+                pattern = _excluded_by(file, path, exclude)
+                if pattern is not None:
+                    pending.note(str(file), f"not used: excluded by --nvlink-evidence-exclude={pattern}")
+                    continue
+                text, problem = _read(file, pending)
+                if problem is not None:
+                    unusable.append(f"{file} ({problem})")
+                else:
+                    loaded.append(_Loaded(str(file), text, str(file)))
         elif path.is_file():
-            text = _read(path, explicit=True)
-            assert text is not None  # explicit files raise instead of returning None
-            loaded.append(_Loaded(str(path), text))
+            text, problem = _read(path, pending)
+            if problem is not None:
+                raise EvidenceError(f"{path}: {problem}")
+            loaded.append(_Loaded(str(path), text, str(path)))
         else:
             raise EvidenceError(f"{path}: no such file or directory")
+    if unusable:
+        raise EvidenceError(_unusable_message(unusable))
     return loaded
 
 
-def _read(path: Path, *, explicit: bool) -> str | None:
-    """The file's text; None for a binary file found in a directory, an error for one named explicitly."""
+def _unusable_message(unusable: list[str]) -> str:
+    return (
+        f"{len(unusable)} file(s) in the evidence folders cannot be used: {'; '.join(unusable)}. Convert them to "
+        "text or leave them out with --nvlink-evidence-exclude=GLOB (ini: nvlink_evidence_exclude)"
+    )
+
+
+def _excluded_by(file: Path, root: Path, exclude: Sequence[str]) -> str | None:
+    relative = file.relative_to(root).as_posix()
+    return next((g for g in exclude if fnmatch.fnmatch(file.name, g) or fnmatch.fnmatch(relative, g)), None)
+
+
+def _read(path: Path, pending: _Pending) -> tuple[str, str | None]:
+    """The file's text, or "" and why it cannot be read as text."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise EvidenceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        # PowerShell's ">" writes UTF-16 with a byte-order mark; the text itself is fine.
+        try:
+            text = data.decode("utf-16")
+        except UnicodeDecodeError:
+            return "", "UTF-16 byte-order mark but not valid UTF-16"
+        pending.note(str(path), "read as UTF-16 (byte-order mark)")
+        return text, None
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        line = data[:nul].count(b"\n") + 1
+        return "", f"binary: NUL byte on line {line}"
     try:
-        if b"\x00" in data[:_SNIFF_BYTES]:
-            raise UnicodeDecodeError("utf-8", data[:1], 0, 1, "NUL byte")
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        if explicit:
-            raise EvidenceError(f"{path}: not a text file (binary or not UTF-8)") from None
-        return None
+        return data.decode("utf-8-sig"), None
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        return "", f"not UTF-8 text: byte 0x{data[exc.start]:02x} on line {line}"
 
 
-def _absorb(loaded: _Loaded, merger: Merger, pending: _Pending) -> None:
-    kind = detect.detect_kind(loaded.text)
-    if kind is None:
+def _detect_all(files: list[_Loaded]) -> list[tuple[str, _Loaded]]:
+    """Every tool output of every file with its kind; all unknown parts are reported together."""
+    found: list[tuple[str, _Loaded]] = []
+    unknown: list[str] = []
+    for loaded in files:
+        parts = detect.split_parts(loaded.text)
+        for part in parts:
+            name = loaded.name if len(parts) == 1 else f"{loaded.name} (line {part.start_line})"
+            piece = _Loaded(name, part.text, loaded.file, part.start_line)
+            kind = detect.detect_kind(part.text)
+            if kind is None:
+                unknown.append(loaded.name if len(parts) == 1 else f"{loaded.name}:{part.start_line}")
+            else:
+                found.append((kind, piece))
+    if unknown:
         raise EvidenceError(
-            f"{loaded.name}: cannot tell which tool produced this file; expected output of nvidia-smi topo -m/-p2p, "
-            "nvidia-smi nvlink -s/-e/-c/-R, nccl-tests, p2pBandwidthLatencyTest, nvbandwidth, an NCCL_DEBUG=INFO "
-            "log or a pytest-nvlink snapshot"
+            f"{', '.join(unknown)}: cannot tell which tool produced this text; expected output of nvidia-smi "
+            "topo -m/-p2p, nvidia-smi nvlink -s/-e/-c/-R, nvidia-smi -q, nccl-tests, p2pBandwidthLatencyTest, "
+            "nvbandwidth, an NCCL_DEBUG=INFO log or a pytest-nvlink snapshot (leave other files out with "
+            "--nvlink-evidence-exclude=GLOB)"
         )
+    return found
+
+
+def _absorb(kind: str, loaded: _Loaded, merger: Merger, pending: _Pending) -> None:
     if kind == detect.NCCL_LOG:
         pending.nccl_logs.append(loaded)  # merged together at the end: one log per rank is common
         return
     try:
         result = detect.parse_kind(kind, loaded.text)
     except ParseError as exc:
-        raise EvidenceError(f"{loaded.name}:{exc.line_no}: {exc.message} (read as {kind})") from None
+        raise EvidenceError(f"{loaded.where(exc.line_no)}: {exc.message} (read as {kind})") from None
     impossible = parsed_value_error(result, loaded.name, loaded.text)
     if impossible:
         raise EvidenceError(impossible)
+    for line_no, text in getattr(result, "notes", ()):
+        pending.note(loaded.file, f"line {loaded.first_line - 1 + line_no}: {text}" if line_no else text)
     _dispatch(kind, result, loaded, merger, pending)
 
 
@@ -136,9 +222,13 @@ def _dispatch(kind: str, result: object, loaded: _Loaded, merger: Merger, pendin
         merger.add_topo(result, name)
     elif isinstance(result, TopoP2P):
         if not result.capabilities:
-            raise EvidenceError(
-                f"{name}: nvidia-smi topo -p2p output, but it does not say which capability (r, w, n, a) was "
-                "asked; keep the 'nvidia-smi topo -p2p X' command line at the top of the file"
+            not_ok = [f"GPU{a}->GPU{b} {status}" for (a, b), status in sorted(result.status.items()) if status != "ok"]
+            shown = f" ({len(not_ok)} pair(s) not OK: {', '.join(not_ok[:4])}{', ...' if len(not_ok) > 4 else ''})"
+            pending.note(
+                loaded.file,
+                f"nvidia-smi topo -p2p matrix without its command line (line {loaded.first_line}): the capability "
+                "(r, w, n, a) is not stated, so it gives the GPU count only; its P2P answers are not judged"
+                + (shown if not_ok else ""),
             )
         merger.add_topo_p2p(result, name)
     elif isinstance(result, NvlinkReport):
@@ -149,6 +239,9 @@ def _dispatch(kind: str, result: object, loaded: _Loaded, merger: Merger, pendin
         merger.add_p2p_latency(result, name)
     elif isinstance(result, NvbandwidthResult):
         merger.add_nvbandwidth(result, name)
+    elif isinstance(result, SmiQuery):
+        for note in merger.add_smi_query(result, name):
+            pending.note(loaded.file, note)
     elif kind == detect.SNAPSHOT_JSON:
         try:
             node = node_from_document(result, name)
@@ -160,20 +253,37 @@ def _dispatch(kind: str, result: object, loaded: _Loaded, merger: Merger, pendin
 
 
 def _add_nccl_tests(result: NcclTestsResult, loaded: _Loaded, merger: Merger, pending: _Pending) -> None:
+    if not result.rows:
+        _add_hung_run(result, loaded, merger, pending)
+        return
     if result.op is None:
-        raise EvidenceError(
-            f"{loaded.name}: nccl-tests output, but which collective ran cannot be told from it; keep the "
-            "'# Collective test starting: X_perf' line or the command line in the file"
+        candidates = " or ".join(result.op_candidates) or "any collective"
+        pending.note(
+            loaded.file,
+            f"nccl-tests rows without the test name: the collective could be {candidates}; its bandwidth is "
+            "not judged (keep the '# Collective test starting' or command line to judge it)",
         )
+    elif result.inferred:
+        pending.note(loaded.file, f"nccl-tests header trimmed: {result.inferred}")
     if result.nranks is None:
-        raise EvidenceError(
-            f"{loaded.name}: nccl-tests output without '# Using devices' rank lines or '# nThread ... nGpus' "
-            "header, so the number of ranks is unknown; keep those lines in the file"
+        pending.note(
+            loaded.file,
+            "nccl-tests output without '# Using devices' rank lines, '# nThread ... nGpus' header or NCCL INFO "
+            "rank lines: the number of ranks is unknown, so its bandwidth is not judged",
         )
-    merger.add_nccl_tests(result, loaded.name)
+    if result.op is not None and result.nranks is not None:
+        merger.add_nccl_tests(result, loaded.name)
     # A run with NCCL_DEBUG=INFO also shows which transports NCCL picked.
     if re.search(r"NCCL\s+INFO\s+Channel\s+\d+.*\bvia\b", loaded.text):
         pending.nccl_logs.append(loaded)
+
+
+def _add_hung_run(result: NcclTestsResult, loaded: _Loaded, merger: Merger, pending: _Pending) -> None:
+    """Banner and column header but no row: the run hung or was killed, which is a failed run."""
+    error = "the nccl-tests run printed its header and no result row (it hung or was killed)"
+    pending.note(loaded.file, f"{error}; judged as a failed {result.op or 'collective'} run")
+    if result.op is not None:
+        merger.add_failed_collective(result.op, result.nranks or 0, error, loaded.name)
 
 
 def _absorb_nccl_logs(logs: list[_Loaded], merger: Merger) -> None:
@@ -181,7 +291,7 @@ def _absorb_nccl_logs(logs: list[_Loaded], merger: Merger) -> None:
         try:
             nccl_log.parse(loaded.text)
         except ParseError as exc:
-            raise EvidenceError(f"{loaded.name}:{exc.line_no}: {exc.message} (read as nccl_log)") from None
+            raise EvidenceError(f"{loaded.where(exc.line_no)}: {exc.message} (read as nccl_log)") from None
     names = ", ".join(log.name for log in logs)
     merged = nccl_log.parse_many([log.text for log in logs])
     merger.add_nccl_audit(nccl_log.to_audit(merged, names), [log.name for log in logs])

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from pytest_nvlink.model import (
     CollectiveMeasurement,
+    FabricInfo,
     Gpu,
     GpuList,
     NcclAudit,
@@ -21,7 +23,17 @@ from pytest_nvlink.parsers.nccl_tests import NcclTestsResult
 from pytest_nvlink.parsers.nvbandwidth import NvbandwidthResult, Testcase
 from pytest_nvlink.parsers.nvlink import LinkInfo, NvlinkReport
 from pytest_nvlink.parsers.p2p_latency import P2PLatencyResult
+from pytest_nvlink.parsers.smi_query import SmiGpu, SmiQuery
 from pytest_nvlink.parsers.topo import TopoMatrix, TopoP2P
+
+_SMI_GPU_KEYS = (
+    "pci_bus_id",
+    "pcie_gen_max",
+    "pcie_gen_current",
+    "pcie_gen_gpu_max",
+    "pcie_width_max",
+    "pcie_width_current",
+)
 
 
 class EvidenceError(Exception):
@@ -62,6 +74,7 @@ class Merger:
         self.unknown: dict[str, str] = {}
         self.hosts: dict[str, str] = {}  # host name -> the file that names it
         self.snapshot_node: tuple[Node, str] | None = None
+        self.node_facts: dict[str, _Fact] = {}  # "driver_version", from nvidia-smi -q
 
     # --- bookkeeping ---------------------------------------------------------------------------
 
@@ -280,6 +293,54 @@ class Merger:
             )
         self._note("collectives", file)
 
+    def add_smi_query(self, result: SmiQuery, file: str) -> list[str]:
+        """Inventory, PCIe link and fabric facts of ``nvidia-smi -q``; returns notes for the coverage list."""
+        notes: list[str] = []
+        if result.driver_version:
+            self._agree(self.node_facts, "driver_version", result.driver_version, file, "driver version")
+        if result.complete:
+            self._count(len(result.gpus), file)
+        for gpu in result.gpus:
+            index = gpu.ordinal if result.complete else _int_or_none(gpu.get("minor_number"))
+            if index is None:
+                notes.append(f"GPU {gpu.bus_id}: not every GPU is in the file and no Minor Number; not read")
+                continue
+            if not result.complete:
+                notes.append(f"GPU {gpu.bus_id} taken as GPU {index} from its Minor Number (partial nvidia-smi -q)")
+                self.lower_bounds.append((index + 1, file))
+                self._note("inventory", file)
+            self._add_smi_gpu(index, gpu, file)
+        return notes
+
+    def _add_smi_gpu(self, index: int, gpu: SmiGpu, file: str) -> None:
+        self._gpu_fact(index, "name", gpu.get("name"), file)
+        self._gpu_fact(index, "uuid", gpu.get("uuid"), file)
+        self._gpu_fact(index, "pci_bus_id", normalize_pci_bus_id(gpu.bus_id), file)
+        self._note("platform", file)
+        for key in _SMI_GPU_KEYS[1:]:
+            self._gpu_fact(index, key, _int_or_none((gpu.get(key) or "").removesuffix("x")), file)
+        fabric = _smi_fabric(gpu)
+        if fabric is not None:
+            self._gpu_fact(index, "fabric", fabric, file)
+
+    def add_failed_collective(self, op: str, world_size: int, error: str, file: str) -> None:
+        """A collective run that produced no figure at all (hung, killed): evidence of failure, not absence."""
+        self.collectives.append(
+            CollectiveMeasurement(
+                op=op,
+                size_bytes=0,
+                world_size=world_size,
+                time_us=None,
+                algbw_gbps=None,
+                busbw_gbps=None,
+                correct=False,
+                backend="nccl",
+                error=error,
+                source=f"nccl-tests: {file}",
+            )
+        )
+        self._note("collectives", file)
+
     def add_nccl_audit(self, audit: NcclAudit, files: list[str]) -> None:
         self.nccl = audit
         for file in files:
@@ -321,6 +382,8 @@ class Merger:
         node.measurements.p2p = list(self.p2p_measurements)
         node.measurements.collectives = list(self.collectives)
         node.measurements.nccl = self.nccl
+        if node.driver_version is None and "driver_version" in self.node_facts:
+            node.driver_version = str(self.node_facts["driver_version"].value)
         if len(self.hosts) == 1:
             node.host = next(iter(self.hosts))
         node.provenance = {family: ", ".join(files) for family, files in self.provenance.items()}
@@ -363,6 +426,11 @@ class Merger:
         numa = values.get("numa_node")
         gpu.numa_node = numa if isinstance(numa, int) else None
         gpu.nvlinks = self._build_links(facts)
+        for key in _SMI_GPU_KEYS:
+            if key in values:  # nvidia-smi -q only
+                setattr(gpu, key, values[key])
+        fabric = values.get("fabric")
+        gpu.fabric = fabric if isinstance(fabric, FabricInfo) else None
         return gpu
 
     def _build_links(self, facts: _GpuFacts) -> list[NvLinkInfo] | None:
@@ -452,3 +520,30 @@ def _rank_gpus(result: NcclTestsResult) -> list[int] | None:
     if len(result.hosts) != 1 or [d.rank for d in ranks] != list(range(result.nranks or 0)):
         return None
     return [d.device for d in ranks]
+
+
+def _int_or_none(value: object) -> int | None:
+    if isinstance(value, int):
+        return value
+    return int(value) if isinstance(value, str) and value.strip().isdigit() else None
+
+
+def _snake(value: str) -> str:
+    return re.sub(r"\W+", "_", value.strip().lower()).strip("_")
+
+
+def _smi_fabric(gpu: SmiGpu) -> FabricInfo | None:
+    """The Fabric section as the model spells NVML's fabric info; None where the section is absent."""
+    state = gpu.get("fabric_state")
+    if state is None:
+        return None
+    bandwidth = (gpu.get("health_bandwidth") or "").lower()
+    clique = gpu.get("clique_id")
+    return FabricInfo(
+        state=_snake(state),
+        status=_snake(gpu.get("fabric_status") or "") or None,
+        clique_id=int(clique, 0) if clique and re.fullmatch(r"0x[0-9a-fA-F]+|\d+", clique) else None,
+        cluster_uuid=gpu.get("cluster_uuid"),
+        degraded_bandwidth=True if "degraded" in bandwidth else False if bandwidth == "full" else None,
+        health_summary=_snake(gpu.get("health_summary") or "") or None,
+    )

@@ -450,6 +450,13 @@ def fabric(ctx: Context, gpu: Gpu) -> Verdict:
             "Manager log",
             props,
         )
+    if info.health_summary == "unhealthy":
+        return failed(
+            f"GPU {index}: fabric health summary is Unhealthy although registration completed ({threshold.where()}); "
+            "likely cause: NVSwitch routes or links unhealthy — check the Health block of nvidia-smi -q and the "
+            "Fabric Manager log",
+            props,
+        )
     return passed(f"GPU {index}: fabric registration completed", props)
 
 

@@ -184,6 +184,13 @@ def collective(ctx: Context, op: str, results: list[CollectiveMeasurement]) -> V
             ("nvls_available", str(m.nvls_available)),
             ("backend", str(m.backend)),
         ]
+    if m is not None and m.correct is False and m.busbw_gbps is None:
+        # Evidence of a run that gave no figure at all (hung or killed): a failure, not missing evidence.
+        return failed(
+            f"{op}: {m.error or 'the run produced no result'}; likely cause: NCCL hung (a link, NVSwitch or "
+            "P2P fault) — rerun with NCCL_DEBUG=INFO and check dmesg for Xid errors",
+            props,
+        )
     if m is None or m.error or m.busbw_gbps is None:
         reason = (m.error if m else None) or f"no {op} result recorded"
         return unknown(ctx.node.source, f"{op} bus bandwidth", reason, props)

@@ -74,6 +74,7 @@ class FabricInfo:
     clique_id: int | None = None
     cluster_uuid: str | None = None
     degraded_bandwidth: bool | None = None
+    health_summary: str | None = None  # nvidia-smi -q Fabric Health Summary: "healthy", "unhealthy", ...
 
 
 @dataclass
@@ -248,6 +249,8 @@ class Node:
     unknown_reasons: dict[str, str] = field(default_factory=dict)
     # Where each family of facts came from (file names for evidence), keyed like "paths".
     provenance: dict[str, str] = field(default_factory=dict)
+    # Evidence only: per file, damage that touched no judged fact and files left out, for the summary.
+    evidence_notes: dict[str, list[str]] = field(default_factory=dict)
     measurements: Measurements = field(default_factory=Measurements)
     error_window_s: float | None = None
 

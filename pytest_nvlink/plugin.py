@@ -56,6 +56,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addini("nvlink_evidence", "evidence files or folders", type="paths", default=[])
     group.addoption(
+        "--nvlink-evidence-exclude",
+        dest="nvlink_evidence_exclude",
+        action="append",
+        metavar="GLOB",
+        help="leave files matching GLOB (name or path under the folder) out of evidence folders; repeatable "
+        "(ini: nvlink_evidence_exclude)",
+    )
+    parser.addini("nvlink_evidence_exclude", "globs of files to leave out of evidence folders", type="linelist")
+    group.addoption(
         "--nvlink-list-suites",
         dest="nvlink_list_suites",
         action="store_true",
@@ -112,7 +121,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "nvlink(area, gate=False): a pytest-nvlink acceptance check; gate=True keeps it when the node cannot be probed",
     )
     try:
-        options = read_options(lambda name: _given(config, name), _evidence(config))
+        exclude = config.getoption("nvlink_evidence_exclude") or config.getini("nvlink_evidence_exclude")
+        options = read_options(lambda name: _given(config, name), _evidence(config), [str(g) for g in exclude])
         if options is not None:
             config.stash[RUN_KEY] = build_run(options, _live_probe)
             config.pluginmanager.register(_ShapeFilter(), "nvlink-shape-filter")

@@ -253,6 +253,7 @@ FAMILY_CHECKS: dict[str, str] = {
     "p2p_bandwidth": "test_p2p_unidirectional, test_p2p_bidirectional, test_p2p_latency, test_p2p_path_proof",
     "collectives": "test_collective_busbw",
     "nccl_transport": "test_nccl_transport",
+    "platform": "test_fabric, test_pcie_link",
 }
 
 
@@ -261,4 +262,15 @@ def evidence_coverage(node: Node) -> str:
     from pytest_nvlink.evidence import coverage
 
     rows = [[family, FAMILY_CHECKS.get(family, ""), files or "(none)"] for family, files in coverage(node)]
-    return tabulate(rows, headers=["evidence", "checks", "files"], tablefmt="simple")
+    return "\n".join([tabulate(rows, headers=["evidence", "checks", "files"], tablefmt="simple"), *file_notes(node)])
+
+
+def file_notes(node: Node) -> list[str]:
+    """Per evidence file: what it contributed and every note about damage or about being left out."""
+    from pytest_nvlink.evidence import file_coverage
+
+    lines: list[str] = []
+    for file, families, notes in file_coverage(node):
+        lines.append(f"{file}: {', '.join(families) or 'contributed nothing'}")
+        lines += [f"  note: {note}" for note in notes]
+    return ["", "evidence files (what each contributed; notes on damage and on files left out):", *lines]

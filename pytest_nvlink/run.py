@@ -35,6 +35,7 @@ class RunOptions:
     save: Path | None = None
     evidence: list[Path] = field(default_factory=list)
     evidence_missing: str = "fail"  # "fail" | "skip"
+    evidence_exclude: list[str] = field(default_factory=list)  # globs left out of evidence folders
     pair_mode: str | None = None  # overrides the suite's measure.pair_mode
     backend: str | None = None  # "nccl" | "gloo"; None picks from the hardware
     # Where each setting came from, for messages: "--nvlink-replay" or "pytest.ini:nvlink_replay".
@@ -65,7 +66,9 @@ _EXPECTED_VALUE = {
 }
 
 
-def read_options(setting: Callable[[str], Given | None], evidence: list[Given]) -> RunOptions | None:
+def read_options(
+    setting: Callable[[str], Given | None], evidence: list[Given], evidence_exclude: list[str] | None = None
+) -> RunOptions | None:
     """RunOptions from the settings given (``setting("pair-mode")``); None when no suite is asked for.
 
     A setting given empty (``--nvlink-replay=``) is an error: ignoring it would silently probe this
@@ -100,6 +103,7 @@ def read_options(setting: Callable[[str], Given | None], evidence: list[Given]) 
         save=path("save"),
         evidence=[Path(given.value.strip()).expanduser() for given in evidence],
         evidence_missing=text("evidence-missing") or "fail",
+        evidence_exclude=list(evidence_exclude or []),
         pair_mode=text("pair-mode"),
         backend=text("backend"),
         labels=labels,
@@ -232,7 +236,7 @@ def _load_node(options: RunOptions, live_probe: Callable[[], Node]) -> Node:
         from pytest_nvlink.evidence import EvidenceError, load_evidence
 
         try:
-            return load_evidence(options.evidence)
+            return load_evidence(options.evidence, options.evidence_exclude)
         except EvidenceError as exc:
             raise ConfigError(f"{options.label('evidence')}: {exc}") from None
     return live_probe()

@@ -178,6 +178,8 @@ def test_every_family_covered_by_a_consistent_set(tmp_path: Path) -> None:
     write(root, "p2p-n.txt", topo_p2p_text("n", 8))
     tests = sample(NCCL_TESTS).replace("A100-SXM4-40GB", "A100-SXM4-80GB")
     write(root, "allreduce.log", tests)
+    smi = "GPU 00000000:07:00.0\n    Product Name : NVIDIA A100-SXM4-80GB\n    Minor Number : 0\n"
+    write(root, "q.txt", smi + "    Fabric\n        State : Completed\n        Status : Success\n")
     node = load_evidence([root])
     covered = dict(coverage(node))
     assert list(covered) == list(FAMILIES)
@@ -223,13 +225,15 @@ def test_topo_mp_does_not_claim_nvlink_absent(tmp_path: Path) -> None:
     assert len(node.gpus) == 2
 
 
-def test_topo_p2p_needs_its_capability(tmp_path: Path) -> None:
+def test_topo_p2p_without_capability_gives_the_count_and_a_note(tmp_path: Path) -> None:
     matrix = "\tGPU0\tGPU1\nGPU0\tX\tOK\nGPU1\tCNS\tX\n"
     node = load_evidence([write(tmp_path, "w.txt", "nvidia-smi topo -p2p w\n" + matrix)])
     assert node.p2p_status(0, 1) is not None and node.p2p_status(0, 1).write == "ok"  # type: ignore[union-attr]
     assert node.p2p_status(1, 0).write == "chipset_not_supported"  # type: ignore[union-attr]
-    with pytest.raises(EvidenceError, match=r"x\.txt: .*which capability"):
-        load_evidence([write(tmp_path, "x.txt", matrix)])
+    # Without the command line the matrix still counts the GPUs; its answers are not judged.
+    node = load_evidence([write(tmp_path, "x.txt", matrix)])
+    assert len(node.gpus) == 2 and node.p2p is None
+    assert "capability (r, w, n, a) is not stated" in node.evidence_notes[str(tmp_path / "x.txt")][0]
 
 
 def test_unknown_kind_is_an_error_naming_the_file(tmp_path: Path) -> None:
@@ -248,11 +252,15 @@ def test_unparsable_file_names_file_and_line(tmp_path: Path) -> None:
     assert not isinstance(info.value, EvidenceConflict)
 
 
-def test_binary_files_skipped_in_folders_refused_by_name(tmp_path: Path) -> None:
+def test_binary_files_fail_the_folder_unless_excluded(tmp_path: Path) -> None:
     root = stage(tmp_path, L40S_TOPO)
     (root / "core.bin").write_bytes(b"\x7fELF\x00\x01\x02")
-    assert len(load_evidence([root]).gpus) == 4
-    with pytest.raises(EvidenceError, match=r"core\.bin: not a text file"):
+    with pytest.raises(EvidenceError, match=r"1 file\(s\) .*core\.bin \(binary: NUL byte on line 1\).*exclude"):
+        load_evidence([root])
+    node = load_evidence([root], exclude=["*.bin"])
+    assert len(node.gpus) == 4
+    assert node.evidence_notes[str(root / "core.bin")] == ["not used: excluded by --nvlink-evidence-exclude=*.bin"]
+    with pytest.raises(EvidenceError, match=r"core\.bin: binary"):
         load_evidence([root / "core.bin"])
 
 
@@ -264,11 +272,13 @@ def test_missing_path_and_empty_folder(tmp_path: Path) -> None:
         load_evidence([tmp_path / "empty"])
 
 
-def test_nccl_tests_with_unknown_collective_is_refused(tmp_path: Path) -> None:
+def test_nccl_tests_with_ambiguous_collective_is_a_note(tmp_path: Path) -> None:
     devices = "".join(f"#  Rank {r} Group 0 Pid 1 on h device {r} [0x{r:02x}] GPU\n" for r in range(8))
     text = devices + " 1048576  32768  float  none  -1  50.0  20.00  17.50  0  50.0  20.00  17.50  0\n"
-    with pytest.raises(EvidenceError, match="which collective"):
-        load_evidence([write(tmp_path, "ag.txt", text)])
+    node = load_evidence([write(tmp_path, "ag.txt", text)])
+    assert node.measurements.collectives == [] and "collectives" not in node.provenance
+    note = node.evidence_notes[str(tmp_path / "ag.txt")][0]
+    assert "could be all_gather or all_to_all" in note and "not judged" in note
 
 
 def test_snapshot_json_merges_with_text_evidence(tmp_path: Path) -> None:
@@ -300,10 +310,14 @@ def test_crlf_and_bom_files(tmp_path: Path) -> None:
     assert load_evidence([path]).path(0, 2) == "SYS"
 
 
-def test_nccl_tests_without_rank_count_is_refused(tmp_path: Path) -> None:
+def test_nccl_tests_rank_count_from_the_bus_factor(tmp_path: Path) -> None:
     text = "$ ./all_reduce_perf -g 8\n 1048576  262144  float  sum  -1  50.0  20.00  35.00  0  50.0  20.00  35.00  0\n"
-    with pytest.raises(EvidenceError, match="number of ranks is unknown"):
-        load_evidence([write(tmp_path, "ar.txt", text)])
+    node = load_evidence([write(tmp_path, "ar.txt", text)])
+    assert [(c.op, c.world_size) for c in node.measurements.collectives] == [("all_reduce", 8)]
+    text = "$ ./all_reduce_perf -g 8\n 1048576  262144  float  sum  -1  50.0  20.00  10.00  0  50.0  20.00  10.00  0\n"
+    node = load_evidence([write(tmp_path, "ar2.txt", text)])  # a ratio no rank count gives
+    assert node.measurements.collectives == []
+    assert "number of ranks is unknown" in node.evidence_notes[str(tmp_path / "ar2.txt")][0]
 
 
 def test_every_evidence_family_names_the_checks_it_feeds() -> None:

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_nvlink.evidence import EvidenceError, load_evidence
-from pytest_nvlink.parsers import detect, nccl_log, nccl_tests, nvbandwidth, nvlink, p2p_latency, topo
+from pytest_nvlink.parsers import detect, nccl_log, nccl_tests, nvbandwidth, nvlink, p2p_latency, smi_query, topo
 from pytest_nvlink.parsers.common import ParseError
 from pytest_nvlink.verdict import Outcome
 
@@ -33,6 +33,8 @@ PARSERS: dict[str, Callable[[str], object]] = {
     "nccl_log": nccl_log.parse,
     "nccl_log_many": lambda text: nccl_log.parse_many(text.split("\n\n")),
     "parse_any": detect.parse_any,
+    "smi_query": smi_query.parse,
+    "split_parts": detect.split_parts,
 }
 # Characters real damage is made of, plus the tokens the parsers look for, so mangling hits their paths.
 NOISE = st.sampled_from(

@@ -6,11 +6,13 @@ contains NCCL log lines too, and a log of an nccl-tests run can carry the table 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
+from dataclasses import dataclass
 
-from pytest_nvlink.parsers import nccl_log, nccl_tests, nvbandwidth, nvlink, p2p_latency, topo
-from pytest_nvlink.parsers.common import ParseError
+from pytest_nvlink.parsers import nccl_log, nccl_tests, nvbandwidth, nvlink, p2p_latency, smi_query, topo
+from pytest_nvlink.parsers.common import ParseError, split_lines
 from pytest_nvlink.textfile import parse_problem
 
 TOPO_MATRIX = "topo_matrix"
@@ -25,6 +27,7 @@ P2P_BANDWIDTH_LATENCY = "p2p_bandwidth_latency"
 NVBANDWIDTH = "nvbandwidth"
 NCCL_LOG = "nccl_log"
 SNAPSHOT_JSON = "snapshot_json"
+SMI_QUERY = "nvidia_smi_q"
 
 KINDS: tuple[str, ...] = (
     TOPO_MATRIX,
@@ -39,6 +42,7 @@ KINDS: tuple[str, ...] = (
     NVBANDWIDTH,
     NCCL_LOG,
     SNAPSHOT_JSON,
+    SMI_QUERY,
 )
 
 _M = re.MULTILINE
@@ -50,13 +54,22 @@ _NVLINK_LINES = {
     NVLINK_CAPS: re.compile(r"^\s*Link\s+\d+\s*,.*:\s*(?:true|false)\s*$", _M | re.I),
     NVLINK_ERRORS: re.compile(r"^\s*Link\s+\d+:\s*(?!Remote)[A-Za-z][^:]*:\s*\S+\s*$", _M),
 }
+# An NCCL log with its "host:pid:tid [dev]" prefix grepped away or replaced by a timestamp.
+_STRIPPED_NCCL = re.compile(
+    r"^\s*(?:\[[\d\- :T.,]+\]\s*)?(?:\[\d+\]\s+)?(?:[\w.]+:\d+(?:\s+\(\w+\))?\s+)?NCCL\s+(?:INFO|WARN)\s", _M
+)
 
 
 def detect_kind(text: str) -> str | None:
     """One of KINDS, or None when the text looks like none of the supported tools."""
     if _is_snapshot(text):
         return SNAPSHOT_JSON
-    if re.search(r"^\s*Running\s+\w+\.", text, _M) and re.search(r"\(row\)\s*(?:<->|->|<-)", text):
+    if re.search(r"NVSMI LOG|^\s*Attached GPUs\s*:", text, _M) or re.search(
+        r"^\s*GPU\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$", text, _M
+    ):
+        return SMI_QUERY
+    nvbandwidth_names = r"^\s*(?:Running\s+\w+\.|nvbandwidth Version:|SUM\s+\w+\s+[\d.]+\s*$)"
+    if re.search(nvbandwidth_names, text, _M) and re.search(r"\(row\)\s*(?:<->|->|<-)", text):
         return NVBANDWIDTH
     if re.search(r"Peer-to-Peer\) GPU Bandwidth Latency Test|Access Peer Device=|P2P=(?:Enabled|Disabled)", text):
         return P2P_BANDWIDTH_LATENCY
@@ -66,7 +79,7 @@ def detect_kind(text: str) -> str | None:
         found = [kind for kind, pattern in _NVLINK_LINES.items() if pattern.search(text)]
         if found:
             return found[0] if len(found) == 1 else NVLINK_MIXED
-    if re.search(r"\S+:\d+:\d+\s+\[\d+\]\s+(?:\S+:\d+\s+)?NCCL\s+(?:INFO|WARN)", text):
+    if re.search(r"\S+:\d+:\d+\s+\[\d+\]\s+(?:\S+:\d+\s+)?NCCL\s+(?:INFO|WARN)", text) or _STRIPPED_NCCL.search(text):
         return NCCL_LOG
     return _topo_kind(text)
 
@@ -100,6 +113,8 @@ def parse_kind(kind: str, text: str) -> object:
         return nccl_log.parse(text)
     if kind == SNAPSHOT_JSON:
         return _load_json(text)
+    if kind == SMI_QUERY:
+        return smi_query.parse(text)
     raise ParseError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}", 0)
 
 
@@ -132,10 +147,76 @@ def _is_nccl_tests(text: str) -> bool:
 
 
 def _topo_kind(text: str) -> str | None:
-    if not re.search(r"^\s*GPU0\s*GPU1|^\s*GPU0\s+(?:CPU|NIC|mlx)|^\s*GPU0\s*$", text, _M):
+    if not re.search(r"^\s*GPU0\s*GPU1|^\s*GPU0\s+(?:CPU|NIC|mlx)|^\s*GPU0\s*$|^\s*GPU0\s+X\s", text, _M):
         return None
     if re.search(r"^\s*GPU\d+\s.*\b(?:OK|CNS|GNS|TNS|NS)\b", text, _M):
         return TOPO_P2P
     if re.search(r"^\s*GPU\d+[\sA-Z]*\b(?:X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)\b", text, _M):
         return TOPO_MATRIX
     return None
+
+
+# --- files holding several outputs ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Part:
+    """One tool's output inside a file: its text and the 1-based line of the file where it starts."""
+
+    start_line: int
+    text: str
+
+
+# Lines that can only begin a new tool output. The same kind repeats without a split where a tool's
+# own output repeats the marker (nvidia-smi nvlink per GPU, nvbandwidth per testcase).
+_STARTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "command",
+        re.compile(
+            r"^\s*(?:\S*[$#>%]\s+)?(?:sudo\s+)?(?:\S*/)?(?:nvidia-smi\b|nvbandwidth\b|\w+_perf\b|p2pBandwidthLatencyTest\b)"
+        ),
+    ),
+    (TOPO_MATRIX, re.compile(r"^\s*GPU0(?:\s+GPU1|\s+(?:NIC0|mlx\w+|CPU\s+Affinity)|\s*$)")),
+    (NVLINK_STATUS, re.compile(r"^\s*GPU\s+\d+:.*\(UUID:")),
+    (
+        NCCL_TESTS,
+        re.compile(r"^\s*#\s*(?:nccl-tests version|Collective test starting|nThread\s+\d+|size\s+count\s+type)"),
+    ),
+    (NVBANDWIDTH, re.compile(r"^\s*(?:nvbandwidth Version:|Running\s+\w+\.\s*$)")),
+    (P2P_BANDWIDTH_LATENCY, re.compile(r"^\s*\[P2P \(Peer-to-Peer\) GPU Bandwidth Latency Test\]")),
+    (SMI_QUERY, re.compile(r"^\s*=+\s*NVSMI LOG\s*=+\s*$")),
+)
+_REPEATS_WITHIN_ONE_OUTPUT = {NVLINK_STATUS, NVBANDWIDTH, "command"}
+
+
+def split_parts(text: str) -> list[Part]:
+    """The file cut where a second tool's output begins; lines before the first output go with it."""
+    lines = split_lines(text)
+    starts: list[int] = [0]
+    current: str | None = None
+    pending_command: int | None = None
+    for index, line in enumerate(lines):
+        marker = next((name for name, pattern in _STARTS if pattern.search(line)), None)
+        if marker is None:
+            continue
+        if marker == "command":
+            if current is not None and pending_command is None:
+                pending_command = index  # the next output starts here, command line included
+            continue
+        if _begins_new_output(marker, current, lines[starts[-1] : index]):
+            starts.append(pending_command if pending_command is not None else index)
+        current = marker
+        pending_command = None
+    starts.append(len(lines))
+    return [Part(a + 1, "\n".join(lines[a:b])) for a, b in itertools.pairwise(starts) if a < b]
+
+
+def _begins_new_output(marker: str, current: str | None, so_far: list[str]) -> bool:
+    if current is None or (marker == current and marker in _REPEATS_WITHIN_ONE_OUTPUT):
+        return False
+    # nccl-tests prints several header lines; only one after result rows starts a second run.
+    return not (marker == NCCL_TESTS == current and not _has_rows(so_far))
+
+
+def _has_rows(lines: list[str]) -> bool:
+    return any(re.match(r"\s*\d+\s+\d+\s+[a-z]\w*\s+\S+", line) for line in lines)

@@ -63,6 +63,38 @@ class RankInfo:
     host: str
 
 
+# NVML's fabric health mask: 2 bits per field, 1 = the condition is present, 2 = absent, 0 = not
+# supported (nvml.h, NVML_GPU_FABRIC_HEALTH_MASK_*). A mask of 0 and "fabric UUID 0.0 cliqueId 0x0"
+# is what a single HGX node without multi-node NVLink prints: not a fault.
+_MNNVL = re.compile(
+    r"MNNVL busId\s+(?P<bus>\S+)\s+fabric UUID\s+(?P<uuid>\S+)\s+cliqueId\s+(?P<clique>\S+)"
+    r"\s+state\s+(?P<state>\d+)\s+healthMask\s+(?P<mask>0x[0-9a-fA-F]+|\d+)"
+)
+_HEALTH_FIELDS = ("degraded_bandwidth", "route_recovery", "route_unhealthy", "access_timeout_recovery")
+
+
+@dataclass(frozen=True)
+class MnnvlFabric:
+    bus_id: str
+    fabric_uuid: str
+    clique_id: int
+    state: int
+    health_mask: int
+
+    @property
+    def health(self) -> dict[str, bool | None]:
+        """Each health field: True when NVML reports the condition, False when not, None if unsupported."""
+        decoded: dict[str, bool | None] = {}
+        for position, name in enumerate(_HEALTH_FIELDS):
+            bits = (self.health_mask >> (2 * position)) & 0x3
+            decoded[name] = {1: True, 2: False}.get(bits)
+        return decoded
+
+    @property
+    def problems(self) -> list[str]:
+        return [name for name, present in self.health.items() if present]
+
+
 @dataclass(frozen=True)
 class NcclLog:
     version: str | None
@@ -77,6 +109,7 @@ class NcclLog:
     env: dict[str, str]
     warnings: tuple[str, ...]
     hosts: tuple[str, ...]
+    mnnvl: tuple[MnnvlFabric, ...] = ()  # NCCL 2.2x "MNNVL busId ... healthMask ..." lines
 
     @property
     def last_warn(self) -> str | None:
@@ -100,6 +133,7 @@ class _Builder:
     warnings: list[str] = field(default_factory=list)
     hosts: dict[str, None] = field(default_factory=dict)
     nccl_lines: int = 0
+    mnnvl: list[MnnvlFabric] = field(default_factory=list)
 
 
 def reads_prefix(line: str) -> bool:
@@ -165,25 +199,63 @@ def _freeze(out: _Builder) -> NcclLog:
         env=dict(out.env),
         warnings=tuple(out.warnings),
         hosts=tuple(out.hosts),
+        mnnvl=tuple(out.mnnvl),
     )
+
+
+# Grepped or reformatted logs, where the "host:pid:tid [dev]" prefix is
+# gone or replaced: "NCCL INFO Channel 00 : ...", "[2025-01-31 12:00:00] NCCL INFO ...",
+# "transport.cc:123 (ncclTransportP2pSetup) NCCL INFO ...". Tried only when _PREFIX does not match.
+_STRIPPED = re.compile(
+    r"^\s*(?:\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\]\s*)?(?:\[(?P<dev>\d+)\]\s+)?"
+    r"(?:(?P<file>[\w.]+:\d+)(?:\s+\(\w+\))?\s+)?NCCL\s+(?P<level>INFO|WARN|TRACE|ABORT)\s?(?P<msg>.*)"
+)
+
+
+def _match_line(raw: str) -> tuple[str, str, str] | None:
+    """(host, level, message) of an NCCL log line, with or without the usual prefix; None otherwise."""
+    match = _PREFIX.search(raw)
+    if match is not None:
+        return match.group("host"), match.group("level"), match.group("msg")
+    stripped = _STRIPPED.match(raw)
+    if stripped is not None:
+        return "", stripped.group("level"), stripped.group("msg")
+    return None
 
 
 def _read_into(text: str, out: _Builder) -> None:
     for line_no, raw in enumerate(split_lines(text), start=1):
-        match = _PREFIX.search(raw)
-        if match is None:
+        found = _match_line(raw)
+        if found is None:
             if re.search(r"\bNCCL\s+(?:INFO|WARN)\b.*\bChannel\b.*\bvia\b", raw):
                 raise bad_line("'host:pid:tid [dev] NCCL INFO Channel ...' prefix", raw, line_no)
             continue
         out.nccl_lines += 1
-        out.hosts[match.group("host")] = None
-        msg = match.group("msg").strip()
-        if match.group("level") == "WARN":
+        host, level, msg = found[0], found[1], found[2].strip()
+        if host:
+            out.hosts[host] = None
+        if level == "WARN":
             out.warnings.append(msg)
-        _read_message(msg, match.group("host"), raw, line_no, out)
+        _read_message(msg, host, raw, line_no, out)
+
+
+def _read_mnnvl(msg: str, out: _Builder) -> None:
+    match = _MNNVL.search(msg)
+    if match is not None:
+        clique = match.group("clique")
+        out.mnnvl.append(
+            MnnvlFabric(
+                match.group("bus"),
+                match.group("uuid"),
+                int(clique, 0) if re.fullmatch(r"0x[0-9a-fA-F]+|\d+", clique) else -1,
+                int(match.group("state")),
+                int(match.group("mask"), 0),
+            )
+        )
 
 
 def _read_message(msg: str, host: str, raw: str, line_no: int, out: _Builder) -> None:
+    _read_mnnvl(msg, out)
     if msg.startswith("Channel") and " via " in f" {msg} ":
         out.channels[_channel(msg, raw, line_no)] = None
     elif match := re.match(r"NCCL version\s+(\S+)", msg):

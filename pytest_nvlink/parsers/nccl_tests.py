@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pytest_nvlink.parsers.common import ParseError, bad_line, parse_float, parse_int, split_lines
 
@@ -90,6 +90,11 @@ class NcclTestsResult:
     avg_busbw_gbps: float | None
     warnings: tuple[str, ...]
     version: str | None = None
+    # When the header was trimmed: the collectives the rows fit (op is None when more than one) and
+    # how the op or rank count was inferred, in words, for the evidence notes.
+    op_candidates: tuple[str, ...] = ()
+    inferred: str | None = None
+    log_ranks: tuple[int, ...] = ()  # ranks named by NCCL INFO "rank R nranks N" lines
 
     @property
     def gpu_names(self) -> tuple[str, ...]:
@@ -107,6 +112,9 @@ class _State:
     nthreads: int | None = None
     ngpus: int | None = None
     error_column: bool = False
+    column_header: bool = False  # "#  size  count  type ..." seen: a run without rows hung or was killed
+    log_nranks: int | None = None
+    log_ranks: dict[int, None] = field(default_factory=dict)
     out_of_bounds: int | None = None
     avg_busbw: float | None = None
 
@@ -125,6 +133,7 @@ def parse(text: str, *, op: str | None = None) -> NcclTestsResult:
         if log:
             if log.group(1) == "WARN":
                 warnings.append(line)
+            _read_rank_line(line, state)
             continue
         if line.startswith("#"):
             _read_comment(line, raw, line_no, state, devices, after_rows=bool(rows))
@@ -134,12 +143,22 @@ def parse(text: str, *, op: str | None = None) -> NcclTestsResult:
             binary = _BINARY.search(line)
             if binary and state.binary is None:
                 state.binary = binary.group(0)  # the command line, e.g. "./build/all_reduce_perf -b 8"
-    if not rows:
+    if not rows and not (state.column_header and (state.binary or devices or state.ngpus)):
         raise ParseError("expected nccl-tests result rows (size count type ... busbw #wrong); none found", 0)
     nranks = len(devices) or (state.ngpus * state.nthreads if state.ngpus and state.nthreads else None)
+    how: list[str] = []
+    if nranks is None and state.log_nranks is not None:
+        nranks = state.log_nranks
+        how.append(f"{nranks} ranks from NCCL INFO 'rank R nranks N' lines")
     wrongs = [t.wrong for r in rows for t in (r.out_of_place, r.in_place) if t.wrong is not None]
+    detected: str | None
+    candidates: tuple[str, ...]
+    if op:
+        detected, candidates = _op_from_hint(op), ()
+    else:
+        detected, candidates, nranks = _detect_op(state.binary, rows, nranks, how)
     return NcclTestsResult(
-        op=_op_from_hint(op) if op else _detect_op(state.binary, rows, nranks),
+        op=detected,
         binary=state.binary,
         nranks=nranks,
         nthreads=state.nthreads,
@@ -151,7 +170,18 @@ def parse(text: str, *, op: str | None = None) -> NcclTestsResult:
         avg_busbw_gbps=state.avg_busbw,
         warnings=tuple(warnings),
         version=state.version,
+        op_candidates=candidates,
+        inferred="; ".join(how) or None,
+        log_ranks=tuple(sorted(state.log_ranks)),
     )
+
+
+def _read_rank_line(line: str, state: _State) -> None:
+    # "ncclCommInitRank comm 0x.. rank 3 nranks 8 cudaDev 3 ..." and "... Destroy COMPLETE ... nranks 8".
+    match = re.search(r"\brank\s+(\d+)\s+nranks\s+(\d+)", line, re.IGNORECASE)
+    if match:
+        state.log_ranks[int(match.group(1))] = None
+        state.log_nranks = max(state.log_nranks or 0, int(match.group(2)))
 
 
 def _read_comment(line: str, raw: str, line_no: int, state: _State, devices: list[Device], *, after_rows: bool) -> None:
@@ -171,6 +201,7 @@ def _read_comment(line: str, raw: str, line_no: int, state: _State, devices: lis
     elif body.startswith("Rank") and "device" in body:
         raise bad_line("'#  Rank  N Group  N Pid  N on HOST device  N [BUS] NAME'", raw, line_no)
     elif re.match(r"size\s+count\s+type\b", body):
+        state.column_header = True
         state.error_column = "error" in body.split() and "#wrong" not in body
     else:
         _read_footer(body, raw, line_no, state)
@@ -229,30 +260,78 @@ def _op_from_hint(hint: str) -> str:
     return OP_NAMES.get(stem, stem)
 
 
-def _detect_op(binary: str | None, rows: list[Row], nranks: int | None) -> str | None:
+def _detect_op(
+    binary: str | None, rows: list[Row], nranks: int | None, how: list[str]
+) -> tuple[str | None, tuple[str, ...], int | None]:
+    """(op, candidates when ambiguous, nranks) from the binary name or, failing that, the rows."""
     if binary:
         match = _BINARY.search(binary) or re.fullmatch(r"(\w+)_perf(?:_mpi)?", binary)
         if match:
-            return _op_from_hint(match.group(1))
-    return _op_from_columns(rows, nranks)
+            op = _op_from_hint(match.group(1))
+            return op, (), nranks if nranks is not None else _ranks_from_ratio(op, rows, how)
+    return _op_from_columns(rows, nranks, how)
 
 
-def _op_from_columns(rows: list[Row], nranks: int | None) -> str | None:
-    """Guess from redop/root and the busbw/algbw factor; None when two collectives stay possible."""
+def _ranks_from_ratio(op: str, rows: list[Row], how: list[str]) -> int | None:
+    ratio = _median_ratio(rows)
+    if op not in _BUS_FACTORS or op == "sendrecv" or ratio is None:
+        return None
+    ranks = _ranks_fitting(op, ratio, None)
+    if ranks:
+        how.append(f"{ranks} ranks from the busbw/algbw ratio {ratio:.3f} of {op}")
+    return ranks or None
+
+
+def _op_from_columns(
+    rows: list[Row], nranks: int | None, how: list[str]
+) -> tuple[str | None, tuple[str, ...], int | None]:
+    """Guess from redop/root and the busbw/algbw factor (nccl-tests doc/PERFORMANCE.md)."""
+    if not rows:
+        return None, (), nranks
     first = rows[0]
     reduces = first.redop not in (None, "none")
     if first.root is not None and first.root >= 0:
-        return "reduce" if reduces else "broadcast"
-    candidates = ["all_reduce", "reduce_scatter", "sendrecv"] if reduces else ["all_gather", "all_to_all"]
+        op = "reduce" if reduces else "broadcast"
+        how.append(f"{op} from the redop/root columns ({first.redop}, root {first.root})")
+        return op, (), nranks
+    candidates = ["all_reduce", "reduce_scatter", "sendrecv"] if reduces else ["all_gather", "all_to_all", "sendrecv"]
     if first.redop is None:
         candidates = list(_BUS_FACTORS)  # no redop column printed: anything
+    ratio = _median_ratio(rows)
+    if ratio is None:
+        return None, tuple(candidates), nranks
+    fitting = [(c, n) for c in candidates if (n := _ranks_fitting(c, ratio, nranks)) is not None]
+    if len(fitting) != 1:
+        return None, tuple(c for c, _ in fitting) or tuple(candidates), nranks
+    op, ranks = fitting[0]
+    if nranks is None and op != "sendrecv":
+        how.append(f"{op} on {ranks} ranks from the busbw/algbw ratio {ratio:.3f} and redop {first.redop}")
+        return op, (), ranks
+    how.append(f"{op} from the busbw/algbw ratio {ratio:.3f} and redop {first.redop}")
+    return op, (), nranks
+
+
+def _median_ratio(rows: list[Row]) -> float | None:
+    if not rows:
+        return None
     ratios = sorted(
         r.out_of_place.busbw_gbps / r.out_of_place.algbw_gbps
         for r in rows
         if r.out_of_place.algbw_gbps and r.out_of_place.busbw_gbps is not None and r.out_of_place.algbw_gbps >= 1.0
     )
-    if not ratios or not nranks or nranks < 2:
-        return candidates[0] if len(candidates) == 1 else None
-    ratio = ratios[len(ratios) // 2]
-    fitting = [c for c in candidates if abs(_BUS_FACTORS[c](nranks) - ratio) <= 0.03 * ratio]
-    return fitting[0] if len(fitting) == 1 else None
+    return ratios[len(ratios) // 2] if ratios else None
+
+
+def _ranks_fitting(op: str, ratio: float, nranks: int | None) -> int | None:
+    """The rank count (given, or solved from the ratio) at which ``op`` prints this ratio; None if none."""
+    factor = _BUS_FACTORS[op]
+    if nranks is not None:
+        return nranks if nranks >= 2 and abs(factor(nranks) - ratio) <= 0.03 * ratio else None
+    if op == "sendrecv":
+        return 0 if abs(ratio - 1.0) <= 0.03 else None
+    # all_reduce: r = 2(n-1)/n, so n = 2/(2-r); the (n-1)/n family: n = 1/(1-r).
+    scale = 2.0 if op == "all_reduce" else 1.0
+    if ratio >= scale * 0.995:
+        return None
+    solved = round(scale / (scale - ratio))
+    return solved if solved >= 2 and abs(factor(solved) - ratio) <= 0.01 * ratio else None

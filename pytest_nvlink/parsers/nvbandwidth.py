@@ -38,8 +38,11 @@ class Testcase:
     column_kind: str
     arrow: str  # "<-": data moved column -> row; "->": row -> column; "<->": both at once
     unit: str  # "GB/s", or "ns" for latency testcases
-    matrix: dict[tuple[int, int], float | None]  # N/A cells are None
+    matrix: dict[tuple[int, int], float | None]  # N/A cells are None; the "Total" one when several are printed
     total: float | None = None  # the SUM line of newer versions
+    # Bidirectional testcases of newer versions print per-direction matrices too ("Read1", "Read2",
+    # "Write1", ...) besides "Total"; kept apart here, keyed by that word.
+    parts: dict[str, dict[tuple[int, int], float | None]] = field(default_factory=dict)
 
     @property
     def bidirectional(self) -> bool:
@@ -57,6 +60,7 @@ class NvbandwidthResult:
     device_bus_ids: dict[int, str] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)  # keys: values of _VERSIONS
     waived: tuple[str, ...] = ()  # testcases that ran but printed no matrix
+    notes: tuple[tuple[int, str], ...] = ()
 
     @property
     def version(self) -> str | None:
@@ -69,6 +73,20 @@ class _Pending:
     line_no: int
     title: re.Match[str] | None = None
     matrix: dict[tuple[int, int], float | None] | None = None
+    parts: dict[str, tuple[re.Match[str], dict[tuple[int, int], float | None]]] = field(default_factory=dict)
+
+    @property
+    def unnamed(self) -> bool:
+        return self.name.startswith(_UNNAMED)
+
+    def next_title(self, title: re.Match[str]) -> bool:
+        """Take a further matrix title of the same testcase; False when it starts another testcase."""
+        part = _part_of(title)
+        if self.title is None or self.matrix is None or part is None or _part_of(self.title) is None:
+            return False
+        self.parts[_part_of(self.title) or ""] = (self.title, self.matrix)
+        self.title, self.matrix = title, None
+        return True
 
 
 @dataclass
@@ -79,6 +97,7 @@ class _Builder:
     versions: dict[str, str] = field(default_factory=dict)
     waived: list[str] = field(default_factory=list)
     sums: dict[str, float] = field(default_factory=dict)
+    notes: list[tuple[int, str]] = field(default_factory=list)
 
 
 def parse(text: str) -> NvbandwidthResult:
@@ -92,25 +111,51 @@ def parse(text: str) -> NvbandwidthResult:
         if match := _RUNNING.fullmatch(line):
             _finish(pending, out)
             pending = _Pending(match.group(1), index)
-        elif pending is not None and pending.title is None and (match := _TITLE.fullmatch(line)):
-            pending.title = match
+        elif match := _TITLE.fullmatch(line):
+            pending = _take_title(pending, match, index, out)
         elif pending is not None and pending.title is not None and re.fullmatch(r"\d+(?:\s+\d+)*", line):
             if pending.matrix is not None:
-                raise bad_line(f"one matrix for testcase {pending.name}", lines[index - 1], index)
+                raise bad_line(f"one matrix per title for testcase {pending.name}", lines[index - 1], index)
             pending.matrix, index = _read_matrix(lines, index, line)
         elif match := _SUM.fullmatch(line):
             out.sums[match.group(1)] = _number(match.group(2), lines[index - 1], index)
+            if pending is not None and pending.unnamed:
+                pending.name = match.group(1)  # newer versions: the name may survive only on the SUM line
+        elif pending is not None and pending.title is None and line.startswith("Waived"):
+            _finish(pending, out)
+            pending = None
         else:
             _read_preamble(line, out)
     _finish(pending, out)
     if not out.testcases and not out.waived:
         raise ParseError("expected nvbandwidth output ('Running <testcase>.' followed by a matrix); none found", 0)
     testcases = {name: _with_total(case, out.sums.get(name)) for name, case in out.testcases.items()}
-    return NvbandwidthResult(testcases, out.devices, out.bus_ids, out.versions, tuple(out.waived))
+    return NvbandwidthResult(testcases, out.devices, out.bus_ids, out.versions, tuple(out.waived), tuple(out.notes))
+
+
+_UNNAMED = "unnamed testcase at line "
+
+
+def _part_of(title: re.Match[str]) -> str | None:
+    words = [w for w in title.group("rest").split() if w.lower() not in ("bandwidth", "latency")]
+    return words[0] if words else None
+
+
+def _take_title(pending: _Pending | None, title: re.Match[str], line_no: int, out: _Builder) -> _Pending:
+    if pending is not None and pending.title is None:
+        pending.title = title
+        return pending
+    if pending is not None and pending.next_title(title):
+        return pending
+    # A matrix title with no "Running <name>." line before it: the line was cut ("...").
+    _finish(pending, out)
+    return _Pending(f"{_UNNAMED}{line_no}", line_no, title)
 
 
 def _with_total(case: Testcase, total: float | None) -> Testcase:
-    return Testcase(case.name, case.title, case.row_kind, case.column_kind, case.arrow, case.unit, case.matrix, total)
+    return Testcase(
+        case.name, case.title, case.row_kind, case.column_kind, case.arrow, case.unit, case.matrix, total, case.parts
+    )
 
 
 def _read_preamble(line: str, out: _Builder) -> None:
@@ -132,7 +177,14 @@ def _finish(pending: _Pending | None, out: _Builder) -> None:
     if pending.title is None or pending.matrix is None:
         out.waived.append(pending.name)  # "Waived" or an error message instead of a result
         return
-    title = pending.title
+    if pending.unnamed:
+        out.notes.append(
+            (pending.line_no, "a matrix with no 'Running <testcase>.' line or SUM line naming it; not read")
+        )
+        return
+    parts = {**pending.parts, _part_of(pending.title) or "": (pending.title, pending.matrix)}
+    main = next((key for key in parts if key.lower() == "total"), next(iter(parts)))
+    title, matrix = parts.pop(main)
     out.testcases[pending.name] = Testcase(
         name=pending.name,
         title=title.group(0).strip(),
@@ -140,7 +192,8 @@ def _finish(pending: _Pending | None, out: _Builder) -> None:
         column_kind=title.group("colkind"),
         arrow=title.group("arrow"),
         unit=title.group("unit"),
-        matrix=pending.matrix,
+        matrix=matrix,
+        parts={key: value for key, (_, value) in parts.items()},
     )
 
 

@@ -36,6 +36,7 @@ _P2P_CAPABILITY_FLAGS: dict[str, tuple[str, ...]] = {
 _AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _GPU_LABEL = re.compile(r"GPU(\d+)")
 _HEADER_WORDS = {"CPU", "NUMA", "Affinity", "GPU", "ID"}
+_ROW_LABEL = re.compile(r"\s*(GPU\d+|NIC\d+|mlx5_\d+)\s+(?:X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC|OK|CNS|GNS|TNS|NS|U)\b")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class TopoMatrix:
     gpu_numa_id: dict[int, int | None] = field(default_factory=dict)
     pcie_only: bool = False  # topo -mp: NV# is never printed, so absence of NV# says nothing
     has_legend: bool = False
+    # (line, text) for paste damage outside the GPU x GPU block: NIC cells, affinity columns.
+    notes: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,13 @@ class _Table:
     extra_columns: list[str]
     rows: dict[str, tuple[list[str], list[str], int]]  # label -> (matrix cells, extra cells, line_no)
     header_line: int
+    notes: list[tuple[int, str]] = field(default_factory=list)
+    damaged_extras: set[str] = field(default_factory=set)  # rows whose affinity cells cannot be aligned
+    headerless: bool = False  # columns inferred from the row labels; values after them are not read
+
+    @property
+    def gpu_columns(self) -> int:
+        return sum(1 for c in self.columns if _GPU_LABEL.fullmatch(c))
 
 
 def parse(text: str, *, pcie_only: bool | None = None) -> TopoMatrix:
@@ -95,6 +105,7 @@ def parse(text: str, *, pcie_only: bool | None = None) -> TopoMatrix:
         gpu_numa_id=numa_id,
         pcie_only=_detect_pcie_only(text, paths) if pcie_only is None else pcie_only,
         has_legend=any(line.strip() == "Legend:" for line in lines),
+        notes=tuple(table.notes),
     )
 
 
@@ -140,9 +151,13 @@ def _detect_pcie_only(text: str, paths: dict[tuple[int, int], str]) -> bool:
 
 
 def _read_table(lines: list[str], cell_pattern: str) -> _Table:
-    header_at = _find_header(lines)
-    columns, extra = _header_columns(lines[header_at], header_at + 1)
-    table = _Table(columns=columns, extra_columns=extra, rows={}, header_line=header_at + 1)
+    try:
+        header_at = _find_header(lines)
+    except ParseError:
+        return _read_headerless(lines, cell_pattern)
+    notes: list[tuple[int, str]] = []
+    columns, extra = _header_columns(lines[header_at], header_at + 1, notes)
+    table = _Table(columns=columns, extra_columns=extra, rows={}, header_line=header_at + 1, notes=notes)
     cell_re = re.compile(cell_pattern)
     for index in range(header_at + 1, len(lines)):
         line = lines[index]
@@ -158,6 +173,38 @@ def _read_table(lines: list[str], cell_pattern: str) -> _Table:
     return table
 
 
+def _read_headerless(lines: list[str], cell_pattern: str) -> _Table:
+    """A matrix whose header line was lost: the columns are the row labels, in the order printed."""
+    labels = [(index, m.group(1)) for index, line in enumerate(lines) if (m := _ROW_LABEL.match(line))]
+    gpus = [label for _, label in labels if label.startswith("GPU")]
+    if not gpus or gpus != [f"GPU{i}" for i in range(len(gpus))]:
+        raise ParseError("expected a header line starting with GPU0 (nvidia-smi topo matrix); none found", 0)
+    first = labels[0][0]
+    columns = list(dict.fromkeys(label for _, label in labels))
+    note = (
+        first + 1,
+        f"header line missing; columns taken from the row labels ({', '.join(columns)}), affinity not read",
+    )
+    table = _Table(columns=columns, extra_columns=[], rows={}, header_line=first + 1, notes=[note], headerless=True)
+    cell_re = re.compile(cell_pattern)
+    for index, _ in labels:
+        parsed = _read_row(lines[index], index + 1, table, cell_re)
+        if parsed is not None:
+            table.rows[parsed[0]] = (parsed[1], parsed[2], index + 1)
+            _check_no_lost_gpu_column(parsed[0], parsed[1][len(gpus) :], index + 1)
+    return table
+
+
+def _check_no_lost_gpu_column(label: str, beyond_gpus: list[str], line_no: int) -> None:
+    # Only GPU pairs are NV#: an NV# after the last GPU row's column means a GPU row was lost too.
+    if label.startswith("GPU") and any(cell.startswith("NV") for cell in beyond_gpus):
+        raise ParseError(
+            f"header line missing and row {label} has an NVLink cell beyond the GPU rows present: a GPU row "
+            "is missing as well, so the columns cannot be told",
+            line_no,
+        )
+
+
 def _find_header(lines: list[str]) -> int:
     for index, line in enumerate(lines):
         tokens = line.split()
@@ -169,14 +216,14 @@ def _find_header(lines: list[str]) -> int:
     raise ParseError("expected a header line starting with GPU0 (nvidia-smi topo matrix); none found", 0)
 
 
-def _header_columns(line: str, line_no: int) -> tuple[list[str], list[str]]:
+def _header_columns(line: str, line_no: int, notes: list[tuple[int, str]]) -> tuple[list[str], list[str]]:
     tokens = line.split()
     columns: list[str] = []
     for position, token in enumerate(tokens):
-        if token in _HEADER_WORDS:
-            return columns, _extra_columns(" ".join(tokens[position:]), line, line_no)
-        if re.fullmatch(r"(?:GPU\d+)+", token):
-            columns.extend(re.findall(r"GPU\d+", token))
+        if token in _HEADER_WORDS or re.match(r"(?:CPU|NUMA)", token):
+            return columns, _extra_columns(" ".join(tokens[position:]), line_no, notes)
+        if re.fullmatch(r"(?:GPU\d+|NIC\d+|mlx5_\d+)+", token):
+            columns.extend(re.findall(r"GPU\d+|NIC\d+|mlx5_\d+", token))
         elif re.fullmatch(r"[A-Za-z][A-Za-z0-9]*_?\d+", token):
             columns.append(token)
         else:
@@ -184,13 +231,15 @@ def _header_columns(line: str, line_no: int) -> tuple[list[str], list[str]]:
     return columns, []
 
 
-def _extra_columns(tail: str, line: str, line_no: int) -> list[str]:
+def _extra_columns(tail: str, line_no: int, notes: list[tuple[int, str]]) -> list[str]:
     found: list[str] = []
     rest = tail
     while rest:
         name = next((n for n in _AFFINITY_COLUMNS if rest.startswith(n)), None)
         if name is None:
-            raise bad_line("'CPU Affinity', 'NUMA Affinity' or 'GPU NUMA ID' after the device columns", line, line_no)
+            # Affinity is not judged; the GPU block stays readable without it.
+            notes.append((line_no, f"affinity column names damaged ({rest!r}); CPU/NUMA affinity not read"))
+            return []
         found.append(name)
         rest = rest[len(name) :].strip()
     return found
@@ -215,16 +264,37 @@ def _read_row(
         raise bad_line(f"matrix cells for row {label}", line, line_no)
     cells = pieces[: len(table.columns)]
     extras = [p for p in pieces[len(table.columns) :] if p]
-    for position, cell in enumerate(cells):
-        if cell and not cell_re.fullmatch(cell):
-            raise ParseError(
-                f"row {label}, column {table.columns[position]}: expected a matrix cell, got {cell!r} in {quote(line)}"
-                " (cells missing or glued ambiguously)",
-                line_no,
-            )
-    if len(cells) < len(table.columns) and label.startswith("GPU"):
-        raise ParseError(f"row {label} has {len(cells)} cells for {len(table.columns)} columns: {quote(line)}", line_no)
+    bad = [position for position, cell in enumerate(cells) if cell and not cell_re.fullmatch(cell)]
+    gpu_row, gpus = label.startswith("GPU"), table.gpu_columns
+    if gpu_row and bad and bad[0] < gpus:
+        position = bad[0]
+        raise ParseError(
+            f"row {label}, column {table.columns[position]}: expected a matrix cell, got {cells[position]!r} in "
+            f"{quote(line)} (cells missing or glued ambiguously)",
+            line_no,
+        )
+    if gpu_row and len(cells) < gpus:
+        raise ParseError(f"row {label} has {len(cells)} cells for {gpus} GPU columns: {quote(line)}", line_no)
+    if table.headerless:
+        extras = []
+    if bad or len(cells) < len(table.columns) or len(extras) > len(table.extra_columns):
+        return _damaged_outside_gpu_block(label, cells, line, line_no, table)
     return label, cells, extras
+
+
+def _damaged_outside_gpu_block(
+    label: str, cells: list[str], line: str, line_no: int, table: _Table
+) -> tuple[str, list[str], list[str]] | None:
+    """Keep a GPU row's GPU cells when only its NIC or affinity part is damaged; drop a damaged NIC row."""
+    if not label.startswith("GPU"):
+        table.notes.append((line_no, f"row {label} damaged ({quote(line)}); its NIC paths are not read"))
+        return None
+    table.notes.append(
+        (line_no, f"row {label}: NIC or affinity cells damaged ({quote(line)}); its NIC paths and affinity not read")
+    )
+    table.damaged_extras.add(label)
+    gpus = table.gpu_columns
+    return label, cells[:gpus] + [""] * (len(table.columns) - gpus), []
 
 
 def _longest_known_label(stripped: str, columns: list[str]) -> str | None:
@@ -320,7 +390,14 @@ def _nic_paths(table: _Table, gpus: list[int], nics: tuple[str, ...]) -> dict[tu
             mirror = table.rows.get(nic)
             other = mirror[0][gpu] if mirror and gpu < len(mirror[0]) else ""
             if value and other and value != other:
-                raise ParseError(f"asymmetric matrix: GPU{gpu}/{nic} is {value!r} but {nic}/GPU{gpu} is {other!r}")
+                # NIC placement is not judged: a pasted-over NIC cell must not hide the GPU block.
+                table.notes.append(
+                    (
+                        mirror[2] if mirror else 0,
+                        f"GPU{gpu}/{nic} is {value!r} but {nic}/GPU{gpu} is {other!r}; that NIC path is not read",
+                    )
+                )
+                continue
             if value or other:
                 found[(gpu, nic)] = "SYS" if (value or other) == "SOC" else (value or other)
     return found

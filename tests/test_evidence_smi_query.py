@@ -1,0 +1,133 @@
+"""nvidia-smi -q as evidence (inventory, PCIe link, NVSwitch fabric), with variants."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import sample
+
+from pytest_nvlink.evidence import load_evidence
+from pytest_nvlink.model import FabricInfo
+from pytest_nvlink.parsers import detect, smi_query
+
+SMI_Q = "nvidia-smi-q/h100-sxm-8gpu-constructed-q.txt"
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def one_gpu(text: str, index: int) -> str:
+    """``nvidia-smi -q -i N``: the preamble and one GPU block."""
+    blocks = re.split(r"(?m)^(?=GPU 0000)", text)
+    return blocks[0] + blocks[index + 1]
+
+
+def grep_windows(text: str, pattern: str, context: int) -> str:
+    """What ``grep -C N PATTERN`` prints: windows around matching lines, separated by ``--``."""
+    lines = text.splitlines()
+    keep = sorted(
+        {
+            j
+            for i, line in enumerate(lines)
+            if re.search(pattern, line)
+            for j in range(max(0, i - context), min(len(lines), i + context + 1))
+        }
+    )
+    out: list[str] = []
+    for position, index in enumerate(keep):
+        if position and index != keep[position - 1] + 1:
+            out.append("--")
+        out.append(lines[index])
+    return "\n".join(out) + "\n"
+
+
+def test_whole_output_gives_inventory_pcie_and_fabric(tmp_path: Path) -> None:
+    text = sample(SMI_Q)
+    assert detect.detect_kind(text) == detect.SMI_QUERY
+    node = load_evidence([write(tmp_path, "q.txt", text)])
+    assert len(node.gpus) == 8 and node.driver_version == "550.90.07"
+    gpu = node.gpus[3]
+    assert (gpu.name, gpu.pci_bus_id, gpu.pcie_gen_max, gpu.pcie_width_max) == (
+        "NVIDIA H100 80GB HBM3",
+        "0000:5d:00.0",
+        5,
+        16,
+    )
+    assert gpu.fabric == FabricInfo("completed", "success", 0, "00000000-0000-0000-0000-000000000000", False, "healthy")
+    assert "gpu_count" not in node.unknown_reasons
+
+
+def test_whole_output_passes_inventory_pcie_and_fabric(pytester: pytest.Pytester) -> None:
+    path = write(pytester.path, "q.txt", sample(SMI_Q))
+    run = pytester.runpytest(
+        "--nvlink-suite=h100-8gpu", f"--nvlink-evidence={path}", "-k", "fabric or pcie_link or gpu_count or model"
+    )
+    run.assert_outcomes(passed=25, deselected=run.parseoutcomes()["deselected"])
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "Status                            : Success",
+            "Status                            : Insufficient Resources",
+            "*GPU 2: NVSwitch fabric registration is completed with status insufficient_resources*",
+        ),
+        (
+            "State                             : Completed",
+            "State                             : In Progress",
+            "*GPU 2: NVSwitch fabric registration is in progress*",
+        ),
+        (
+            "Summary                       : Healthy",
+            "Summary                       : Unhealthy",
+            "*GPU 2: fabric health summary is Unhealthy*",
+        ),
+        (
+            "Bandwidth                     : Full",
+            "Bandwidth                     : Degraded",
+            "*GPU 2: fabric reports degraded NVLink bandwidth*",
+        ),
+    ],
+    ids=["insufficient-resources", "in-progress", "unhealthy", "degraded"],
+)
+def test_unhealthy_fabric_of_one_gpu_fails_it(pytester: pytest.Pytester, old: str, new: str, message: str) -> None:
+    text = sample(SMI_Q)
+    start = text.index("GPU 00000000:3A:00.0")
+    path = write(pytester.path, "q.txt", text[:start] + text[start:].replace(old, new, 1))
+    run = pytester.runpytest("--nvlink-suite=h100-8gpu", f"--nvlink-evidence={path}", "-k", "fabric")
+    run.assert_outcomes(passed=7, failed=1, deselected=run.parseoutcomes()["deselected"])
+    run.stdout.fnmatch_lines([message])
+
+
+def test_one_gpu_is_placed_by_minor_number_and_leaves_the_count_open(tmp_path: Path) -> None:
+    path = write(tmp_path, "q-i5.txt", one_gpu(sample(SMI_Q), 5))
+    node = load_evidence([path])
+    assert len(node.gpus) == 6 and node.gpus[5].pci_bus_id == "0000:ab:00.0"
+    assert node.gpus[4].fabric is None and "gpu_count" in node.unknown_reasons
+    assert node.evidence_notes[str(path)] == [
+        "GPU 00000000:AB:00.0 taken as GPU 5 from its Minor Number (partial nvidia-smi -q)"
+    ]
+
+
+def test_grep_windows_shifted_left_and_padded_to_55(tmp_path: Path) -> None:
+    text = re.sub(r"(?m)^(\s*)(\S[^:]*?)\s*: ", lambda m: m.group(2).ljust(55) + ": ", sample(SMI_Q))
+    windows = grep_windows(text, r"^GPU 0000|Fabric|Attached", 12)
+    assert "--" in windows.splitlines()
+    result = smi_query.parse(windows)
+    assert len(result.gpus) == 8 and result.complete
+    assert all(g.get("fabric_state") == "Completed" and g.get("health_summary") == "Healthy" for g in result.gpus)
+    node = load_evidence([write(tmp_path, "grep.txt", windows)])
+    assert all(g.fabric is not None and g.fabric.state == "completed" for g in node.gpus)
+
+
+def test_lines_before_any_gpu_header_are_a_note() -> None:
+    text = sample(SMI_Q)
+    body = text[text.index("GPU 00000000:18:00.0") + 30 :]
+    result = smi_query.parse("Attached GPUs : 8\n" + body)
+    assert result.notes and "before any 'GPU <bus id>' header" in result.notes[0][1]
