@@ -155,13 +155,27 @@ def _gb(value: int | None) -> str:
 
 
 def pick_collective(op: str, size_mib: int, results: list[CollectiveMeasurement]) -> CollectiveMeasurement | None:
-    """The result at the threshold's size, else the largest size measured for that op."""
+    """The result at the threshold's size; a run that reached no size at all (hung, killed) counts there too.
+
+    A figure at another size is not the figure the threshold is defined on: a trimmed log that lost
+    the row at the judged size must read as "no result at that size", not pass on a larger message.
+    """
     mine = [r for r in results if r.op == op]
-    exact = [r for r in mine if r.size_bytes == size_mib * MIB]
-    if exact:
-        # Several results at one size (files that disagree): the worst, a failed run first, is the verdict's.
-        return min(exact, key=lambda r: (r.busbw_gbps is not None and not r.error, r.busbw_gbps or 0.0))
-    return max(mine, key=lambda r: r.size_bytes, default=None)
+    exact = [r for r in mine if r.size_bytes == size_mib * MIB or (r.size_bytes == 0 and r.error)]
+    if not exact:
+        return None
+    # Several results at one size (files that disagree): the worst, a failed run first, is the verdict's.
+    return min(exact, key=lambda r: (r.busbw_gbps is not None and not r.error, r.busbw_gbps or 0.0))
+
+
+def _wrong_data(op: str, results: list[CollectiveMeasurement]) -> CollectiveMeasurement | None:
+    """A result of ``op`` at any size whose data did not verify: the run is broken whatever its speed."""
+    return next((r for r in results if r.op == op and r.correct is False and r.busbw_gbps is not None), None)
+
+
+def _sizes_text(op: str, results: list[CollectiveMeasurement]) -> str:
+    sizes = sorted({r.size_bytes for r in results if r.op == op and r.size_bytes})
+    return ", ".join(f"{size / MIB:g} MiB" for size in sizes) or "none"
 
 
 def collective(ctx: Context, op: str, results: list[CollectiveMeasurement]) -> Verdict:
@@ -192,11 +206,15 @@ def collective(ctx: Context, op: str, results: list[CollectiveMeasurement]) -> V
             props,
         )
     if m is None or m.error or m.busbw_gbps is None:
-        reason = (m.error if m else None) or f"no {op} result recorded"
+        reason = (m.error if m else None) or (
+            f"no {op} result at {size_mib} MiB, the size the minimum is defined on "
+            f"({ctx.thresholds.name}:collectives.{op}.size_mib); sizes recorded: {_sizes_text(op, results)}"
+        )
         return unknown(ctx.node.source, f"{op} bus bandwidth", reason, props)
-    if m.correct is False:
+    wrong = _wrong_data(op, covering) or m
+    if wrong.correct is False:
         return failed(
-            f"{op} at {m.size_bytes / MIB:.0f} MiB returned WRONG DATA (like nccl-tests #wrong > 0); "
+            f"{op} at {wrong.size_bytes / MIB:.0f} MiB returned WRONG DATA (like nccl-tests #wrong > 0); "
             "likely cause: a faulty GPU, link or NCCL/driver bug — rerun and check dmesg for Xid errors",
             props,
         )
@@ -209,19 +227,15 @@ def collective(ctx: Context, op: str, results: list[CollectiveMeasurement]) -> V
             "it ran, or a run over a subset (nccl-tests -g/-n) — rerun over every GPU",
             props,
         )
-    size_note = (
-        ""
-        if m.size_bytes == size_mib * MIB
-        else f" (measured at {m.size_bytes / MIB:g} MiB, threshold assumes {size_mib} MiB)"
-    )
+    note = ""
     if m.correct is None:
         # nccl-tests -c 0 (or '#wrong N/A') says nothing about the data: record it rather than pass silently.
         props.append(("validated", "no"))
-        size_note += "; results not validated (nccl-tests -c 0 or #wrong N/A)"
+        note = "; results not validated (nccl-tests -c 0 or #wrong N/A)"
     if m.busbw_gbps >= threshold.value:
-        return passed(f"{op}: busbw {m.busbw_gbps:.1f} GB/s over {_ranks_text(m)}{size_note}", props)
+        return passed(f"{op}: busbw {m.busbw_gbps:.1f} GB/s over {_ranks_text(m)}{note}", props)
     return failed(
-        f"{op}: busbw {m.busbw_gbps:.1f} GB/s over {m.world_size} ranks{size_note}, below "
+        f"{op}: busbw {m.busbw_gbps:.1f} GB/s over {m.world_size} ranks{note}, below "
         f"{threshold.value} GB/s ({threshold.where()}); likely cause: {_collective_cause(ctx, op, m)}",
         props,
     )

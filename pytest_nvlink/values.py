@@ -49,27 +49,29 @@ def parsed_value_problems(obj: object) -> list[tuple[str, str]]:
     return list(_walk(obj, "", "", strict=False))
 
 
-def _walk(obj: object, path: str, name: str, *, strict: bool) -> Iterator[tuple[str, str]]:
+def _walk(obj: object, path: str, name: str, *, strict: bool, failed: bool = False) -> Iterator[tuple[str, str]]:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        # A measurement that failed (a hung nccl-tests run) reached no size or rank count: 0 is honest there.
+        failed = failed or bool(getattr(obj, "error", None))
         for spec in dataclasses.fields(obj):
-            yield from _walk(getattr(obj, spec.name), _join(path, spec.name), spec.name, strict=strict)
+            yield from _walk(getattr(obj, spec.name), _join(path, spec.name), spec.name, strict=strict, failed=failed)
     elif isinstance(obj, (list, tuple)):
         for index, item in enumerate(obj):
-            yield from _walk(item, f"{path}[{index}]", name, strict=strict)
+            yield from _walk(item, f"{path}[{index}]", name, strict=strict, failed=failed)
     elif isinstance(obj, dict):
         # Counter dicts (errors, errors_run) inherit the rule of the field that holds them.
         for key, item in obj.items():
-            yield from _walk(item, _join(path, str(key)), name, strict=strict)
+            yield from _walk(item, _join(path, str(key)), name, strict=strict, failed=failed)
     elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
-        problem = _number_problem(obj, name, strict=strict)
+        problem = _number_problem(obj, name, strict=strict, failed=failed)
         if problem:
             yield path, problem
 
 
-def _number_problem(value: float, name: str, *, strict: bool) -> str | None:
+def _number_problem(value: float, name: str, *, strict: bool, failed: bool = False) -> str | None:
     if not math.isfinite(value):
         return f"{value} is not a finite number"
-    if name in _POSITIVE and value <= 0:
+    if name in _POSITIVE and (value < 0 if failed else value <= 0):
         return f"{value} is impossible here (must be greater than 0)"
     # Indices, counters, byte counts and bandwidths are never negative.
     if value < 0 and (strict or name in _NEVER_NEGATIVE):

@@ -114,7 +114,9 @@ def test_stripped_log_is_detected_and_audited(pytester: pytest.Pytester) -> None
     assert log.channels and {c.transport for c in log.channels} == {"P2P"} and log.hosts == ()
     path = write(pytester.path, "grep.txt", text)
     run = pytester.runpytest("--nvlink-suite=h100-8gpu", f"--nvlink-evidence={path}", "-k", "transport")
-    run.assert_outcomes(passed=1, deselected=run.parseoutcomes()["deselected"])
+    # All P2P, but the grepped log is of 2 ranks: it is audited, and cannot speak for the other GPUs.
+    run.assert_outcomes(failed=1, deselected=run.parseoutcomes()["deselected"])
+    run.stdout.fnmatch_lines(["NCCL transport audit incomplete: the log covers 2 rank(s)*"])
 
 
 def test_stripped_log_with_shm_between_nvlink_gpus_fails(pytester: pytest.Pytester) -> None:
@@ -211,7 +213,10 @@ def test_mnnvl_fabric_lines_and_network_ib_are_no_fallback(pytester: pytest.Pyte
     )
     path = write(pytester.path, "log.txt", extra + stripped_log("P2P/MNNVL"))
     run = pytester.runpytest("--nvlink-suite=h100-8gpu", f"--nvlink-evidence={path}", "-k", "transport")
-    run.assert_outcomes(passed=1, deselected=run.parseoutcomes()["deselected"])
+    # The only failure is that a 2-rank log cannot speak for 8 GPUs: no transport fallback is reported.
+    run.assert_outcomes(failed=1, deselected=run.parseoutcomes()["deselected"])
+    run.stdout.fnmatch_lines(["NCCL transport audit incomplete: the log covers 2 rank(s)*"])
+    run.stdout.no_fnmatch_line("*instead of NVLink*")
 
 
 def test_mnnvl_health_mask_is_two_bits_per_field() -> None:

@@ -132,9 +132,19 @@ def test_collective_wrong_data_fails_even_when_fast() -> None:
     assert verdict.outcome is Outcome.FAIL and "WRONG DATA" in verdict.message
 
 
-def test_collective_at_other_size_says_so() -> None:
+def test_collective_at_other_size_is_not_the_judged_figure() -> None:
+    # The minimum is defined at 4096 MiB; a passing figure at another size does not answer it.
     verdict = judges_bandwidth.collective(context(), "all_gather", [coll("all_gather", 1024, 320.0)])
-    assert verdict.ok and "measured at 1024 MiB, threshold assumes 4096 MiB" in verdict.message
+    assert verdict.outcome is Outcome.FAIL
+    assert "no all_gather result at 4096 MiB" in verdict.message and "sizes recorded: 1024 MiB" in verdict.message
+
+
+def test_wrong_data_at_any_size_fails_the_collective() -> None:
+    good = coll("all_gather", 4096, 320.0)
+    broken = coll("all_gather", 1024, 310.0)
+    broken.correct = False
+    verdict = judges_bandwidth.collective(context(), "all_gather", [good, broken])
+    assert verdict.outcome is Outcome.FAIL and "at 1024 MiB returned WRONG DATA" in verdict.message
 
 
 def test_nccl_transport_names_shm_channels_and_env() -> None:

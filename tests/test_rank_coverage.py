@@ -163,7 +163,7 @@ class _FakeSession:
         self.world = (world_size or 0) if gpus is None else len(gpus)
 
     def collective_run(self) -> CollectiveRun:
-        return CollectiveRun([CollectiveMeasurement("all_reduce", 1 << 30, self.world, 1.0, 500.0, 900.0, True)])
+        return CollectiveRun([CollectiveMeasurement("all_reduce", 4096 << 20, self.world, 1.0, 500.0, 900.0, True)])
 
 
 @pytest.mark.parametrize(
