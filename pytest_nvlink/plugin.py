@@ -6,22 +6,26 @@ or pynvml import, no extra tests. Everything that is not pytest glue lives in ot
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Generator
 from itertools import combinations, permutations
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_nvlink.config import ConfigError
-from pytest_nvlink.judges import Context
-from pytest_nvlink.model import Node, gpu_id, pair_id
-from pytest_nvlink.provider import MeasurementProvider
-from pytest_nvlink.run import Run, RunOptions, build_run
-from pytest_nvlink.verdict import Outcome, Verdict
+if TYPE_CHECKING:
+    # Only for annotations: an inert plugin (no --nvlink-suite) must import nothing of its own at start-up.
+    from pytest_nvlink.judges import Context
+    from pytest_nvlink.model import Node
+    from pytest_nvlink.provider import LiveMeasurements, MeasurementProvider
+    from pytest_nvlink.run import Run, RunOptions
+    from pytest_nvlink.verdict import Verdict
 
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
-RUN_KEY = pytest.StashKey[Run]()
+RUN_KEY = pytest.StashKey["Run"]()
+# Set in a pytest-xdist worker: its node and measurements came from the controller, complete.
+HANDED_OVER_KEY = pytest.StashKey[bool]()
 
 _OPTIONS: tuple[tuple[str, str], ...] = (
     ("suite", "suite to accept against: a shipped name, a path to a suite .toml, or 'auto'"),
@@ -93,6 +97,9 @@ def pytest_configure(config: pytest.Config) -> None:
     suite = _setting(config, "nvlink_suite")
     if suite is None:
         return
+    from pytest_nvlink.config import ConfigError
+    from pytest_nvlink.run import RunOptions, build_run
+
     evidence = [Path(p) for p in config.getoption("nvlink_evidence") or config.getini("nvlink_evidence")]
     options = RunOptions(
         suite=suite,
@@ -105,7 +112,7 @@ def pytest_configure(config: pytest.Config) -> None:
         backend=_setting(config, "nvlink_backend"),
     )
     try:
-        config.stash[RUN_KEY] = build_run(options, _live_probe)
+        config.stash[RUN_KEY] = build_run(*_worker_source(config, options))
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -119,6 +126,49 @@ def _live_probe() -> Node:
     from pytest_nvlink.nvml_probe import probe_node
 
     return probe_node()
+
+
+# --- pytest-xdist: one probe and one measurement campaign per session, in the controller -------
+
+
+def _worker_source(config: pytest.Config, options: RunOptions) -> tuple[RunOptions, Callable[[], Node]]:
+    """A plain run or the xdist controller reads its source; a worker takes the controller's node."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return options, _live_probe
+    from pytest_nvlink.config import ConfigError
+    from pytest_nvlink.handover import WORKERINPUT_KEY, node_from_text
+    from pytest_nvlink.snapshot import SnapshotError
+
+    try:
+        node = node_from_text(workerinput.get(WORKERINPUT_KEY))
+    except SnapshotError as exc:
+        raise ConfigError(str(exc)) from None
+    config.stash[HANDED_OVER_KEY] = True
+    # The controller read the source and saves the snapshot; a worker only judges.
+    return dataclasses.replace(options, replay=None, evidence=[], save=None), lambda: node
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_setupnodes(config: pytest.Config) -> None:
+    """Controller, before any worker starts: measure once what a full run would measure.
+
+    The controller does not collect, so it cannot tell which checks the workers will run; the
+    workers never measure (two campaigns on one node would contend for the GPUs).
+    """
+    run = _run(config)
+    if run is None or run.node.source != "live" or run.probe_failed():
+        return
+    _live_provider(config, run).measure_all()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    run = _run(node.config)
+    if run is not None:
+        from pytest_nvlink.handover import WORKERINPUT_KEY, node_text
+
+        node.workerinput[WORKERINPUT_KEY] = node_text(run.node)
 
 
 def _run(config: pytest.Config) -> Run | None:
@@ -145,6 +195,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     run = _run(metafunc.config)
     if run is None:
         return
+    from pytest_nvlink.model import gpu_id, pair_id
+
     count = run.suite.gpu_count
     # Parametrize by the suite's expectation, not by what was found: a missing GPU must fail, not vanish.
     params: dict[str, tuple[list[Any], list[str]]] = {
@@ -210,12 +262,18 @@ def nvlink_context(nvlink_run: Run) -> Context:
 @pytest.fixture(scope="session")
 def nvlink_measurements(nvlink_run: Run, pytestconfig: pytest.Config) -> MeasurementProvider:
     """P2P and collective figures: measured on first use (live, once per session) or read from the source."""
-    from pytest_nvlink.provider import LiveMeasurements, RecordedMeasurements
+    from pytest_nvlink.provider import RecordedMeasurements
 
-    if nvlink_run.node.source != "live":
+    if nvlink_run.node.source != "live" or pytestconfig.stash.get(HANDED_OVER_KEY, False):
         return RecordedMeasurements(nvlink_run.node)
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
+    return _live_provider(pytestconfig, nvlink_run)
+
+
+def _live_provider(config: pytest.Config, run: Run) -> LiveMeasurements:
+    from pytest_nvlink.provider import LiveMeasurements
+
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
 
     def progress(line: str) -> None:
         if reporter is None:
@@ -227,7 +285,6 @@ def nvlink_measurements(nvlink_run: Run, pytestconfig: pytest.Config) -> Measure
         else:
             reporter.write_line(f"nvlink: {line}")
 
-    run = nvlink_run
     return LiveMeasurements(run.node, run.suite, run.thresholds, progress, run.options.backend)
 
 
@@ -261,14 +318,21 @@ def nvlink_collective(request: pytest.FixtureRequest) -> str:
 def nvlink_judge(request: pytest.FixtureRequest, nvlink_run: Run) -> Callable[[Verdict], None]:
     """Apply a Verdict: record its properties for JUnit, then pass, fail, or skip when it does not apply."""
 
+    from pytest_nvlink.verdict import missing_report_properties
+
     def judge(verdict: Verdict) -> None:
         _record(request.node, nvlink_run, verdict)
-        if verdict.outcome is Outcome.NOT_APPLICABLE:
+        # The enum is taken from the verdict itself: pytester's in-process runs re-import our modules.
+        outcome = type(verdict.outcome)
+        if verdict.outcome is outcome.NOT_APPLICABLE:
             pytest.skip(f"does not apply: {verdict.message}")
-        if verdict.outcome is Outcome.NO_EVIDENCE and nvlink_run.options.evidence_missing == "skip":
+        if verdict.outcome is outcome.NO_EVIDENCE and nvlink_run.options.evidence_missing == "skip":
             pytest.skip(verdict.message)
-        if verdict.outcome is not Outcome.PASS:
-            pytest.fail(verdict.message, pytrace=False)
+        if verdict.outcome is not outcome.PASS:
+            missing = missing_report_properties(verdict.properties)
+            # Every failure's JUnit case must say measured vs expected and where the expectation comes from.
+            defect = f" [pytest-nvlink defect: no JUnit {', '.join(missing)}; please report it]" if missing else ""
+            pytest.fail(verdict.message + defect, pytrace=False)
 
     return judge
 
@@ -280,15 +344,20 @@ def _record(item: pytest.Item, run: Run, verdict: Verdict) -> None:
     item.user_properties.extend(verdict.properties)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _nvlink_suite_properties(request: pytest.FixtureRequest) -> None:
-    run = _run(request.config)
-    if run is not None:
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # The JUnit <testsuite> properties go straight to pytest's LogXML (what record_testsuite_property
+    # does): it lives in the controller under pytest-xdist, and no autouse fixture taxes every test.
+    run = _run(session.config)
+    if run is None:
+        return
+    from _pytest.junitxml import xml_key
+
+    xml = session.config.stash.get(xml_key, None)
+    if xml is not None:
         from pytest_nvlink.report import suite_properties
 
-        record = request.getfixturevalue("record_testsuite_property")
         for name, value in suite_properties(run):
-            record(name, value)
+            xml.add_global_property(name, value)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -297,7 +366,7 @@ def pytest_terminal_summary(
 ) -> Generator[None, None, None]:
     yield
     run = _run(config)
-    if run is None:
+    if run is None or _lists_only(config):
         return
     try:
         from pytest_nvlink.report import summary_lines
@@ -307,6 +376,16 @@ def pytest_terminal_summary(
             terminalreporter.write_line(line)
     except Exception as exc:
         terminalreporter.write_line(f"pytest-nvlink: summary could not be rendered ({exc!r})")
+
+
+def _lists_only(config: pytest.Config) -> bool:
+    """--co, --fixtures and --fixtures-per-test judge nothing: no verdict tables."""
+    option = config.option
+    return bool(
+        getattr(option, "collectonly", False)
+        or getattr(option, "showfixtures", False)
+        or getattr(option, "show_fixtures_per_test", False)
+    )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -7,6 +7,7 @@ a second ago on this machine or read from a snapshot or a vendor's burn-in log.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import permutations
 from typing import Protocol
 
 from pytest_nvlink.config import Suite, Thresholds
@@ -75,12 +76,26 @@ class LiveMeasurements:
         return {gpu.index: gpu.cuda_index for gpu in self._node.gpus if gpu.cuda_index is not None}
 
     def p2p(self, src: int, dst: int, kind: str) -> P2PMeasurement | None:
-        if not self._p2p_done:
-            self._p2p_done = True
-            from pytest_nvlink.live import measure_p2p
-
-            self._node.measurements.p2p.extend(measure_p2p(self._node, self._suite, self._cuda_of(), self._progress))
+        self._ensure_p2p()
         return self._recorded.p2p(src, dst, kind)
+
+    def measure_all(self) -> None:
+        """Now, every figure the shipped checks could ask for (what a full serial run would measure).
+
+        Under pytest-xdist the controller measures before any worker starts: the workers only judge.
+        """
+        count = self._suite.gpu_count
+        if any(self._suite.pair_expects_nvlink(a, b) for a, b in permutations(range(count), 2)):
+            self._ensure_p2p()
+        self._ensure_collectives()
+
+    def _ensure_p2p(self) -> None:
+        if self._p2p_done:
+            return
+        self._p2p_done = True
+        from pytest_nvlink.live import measure_p2p
+
+        self._node.measurements.p2p.extend(measure_p2p(self._node, self._suite, self._cuda_of(), self._progress))
 
     def collectives(self) -> list[CollectiveMeasurement]:
         self._ensure_collectives()
