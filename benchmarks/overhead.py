@@ -16,6 +16,7 @@ module level: spawned ranks re-import this file as ``__mp_main__``.
 from __future__ import annotations
 
 import argparse
+import resource
 import subprocess
 import sys
 import tempfile
@@ -122,21 +123,25 @@ def bench_inert(tests: int, repeats: int, collect_only: bool = False) -> None:
         body = "".join(f"def test_{i}():\n    pass\n\n\n" for i in range(tests))
         (root / "test_trivial.py").write_text(body, encoding="utf-8")
         _pytest(quiet, root)  # warm the file cache and write the .pyc before timing
-        inert: list[float] = []
-        absent: list[float] = []
+        inert: list[tuple[float, float]] = []
+        absent: list[tuple[float, float]] = []
         for _ in range(repeats):
-            inert.append(_pytest(quiet, root)[0])
-            absent.append(_pytest([*quiet, "-p", "no:nvlink"], root)[0])
-    a, b = _median(inert), _median(absent)
+            inert.append(_timed_cpu(quiet, root))
+            absent.append(_timed_cpu([*quiet, "-p", "no:nvlink"], root))
     what = f"{tests} trivial tests{' (--co)' if collect_only else ''}"
     print(f"\ninert plugin, {what}, {repeats} alternated runs each")
-    print(f"  installed, inert (no --nvlink-suite): median {a:.3f} s  (runs: {_spread(inert)})")
-    print(f"  -p no:nvlink                        : median {b:.3f} s  (runs: {_spread(absent)})")
-    print(f"  ratio inert / absent: {a / b:.3f}  ({(a / b - 1) * 100:+.1f} %, {(a - b) * 1000:+.0f} ms)")
+    for label, column in (("wall", 0), ("CPU (user+sys)", 1)):
+        a, b = _median([t[column] for t in inert]), _median([t[column] for t in absent])
+        print(f"  {label}: inert (no --nvlink-suite) median {a:.3f} s, -p no:nvlink median {b:.3f} s")
+        print(f"    ratio inert / absent: {a / b:.3f}  ({(a / b - 1) * 100:+.1f} %, {(a - b) * 1000:+.0f} ms)")
 
 
-def _spread(values: Sequence[float]) -> str:
-    return f"{min(values):.3f}..{max(values):.3f}"
+def _timed_cpu(args: list[str], cwd: Path) -> tuple[float, float]:
+    """Wall seconds and the child's CPU seconds; CPU time is what other load on the machine disturbs least."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = _pytest(args, cwd)[0]
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 IMPORT_PROBE = (
@@ -150,9 +155,16 @@ def bench_import(repeats: int) -> None:
     """Import time of the plugin module after pytest itself (what the inert plugin adds at start-up)."""
     seconds, modules = [], ""
     for _ in range(repeats):
-        done = subprocess.run(
-            [sys.executable, "-c", IMPORT_PROBE], cwd=REPO, capture_output=True, text=True, timeout=60, check=True
-        )
+        # Run outside the checkout so the installed package (or PYTHONPATH) is what gets imported.
+        with tempfile.TemporaryDirectory() as elsewhere:
+            done = subprocess.run(
+                [sys.executable, "-c", IMPORT_PROBE],
+                cwd=elsewhere,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
         first, modules = done.stdout.splitlines()[:2]
         seconds.append(float(first))
     print(f"\nimport pytest_nvlink.plugin after pytest: median {_median(seconds) * 1000:.1f} ms over {repeats} runs")
