@@ -10,9 +10,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from test_plugin_live import FAKE, two_gpu_node  # noqa: F401 - the fixture is used by name
+from conftest import SNAPSHOTS
+from test_plugin_live import two_gpu_node  # noqa: F401 - the fixture is used by name
 
-from pytest_nvlink.snapshot import load_snapshot
+from pytest_nvlink.handover import node_from_text, node_text
+from pytest_nvlink.snapshot import SnapshotError, load_snapshot
 
 # Counts, across the controller and both workers, every probe and every measurement campaign.
 COUNTING = """
@@ -125,3 +127,25 @@ def test_live_under_xdist_probes_and_measures_once_in_the_controller(
         "reduce_scatter",
     ]
     assert all(m.correct and m.busbw_gbps for m in collectives)
+
+
+def test_the_handed_node_round_trips_with_its_source_and_measurements() -> None:
+    node = load_snapshot(SNAPSHOTS / "h100-8gpu-degraded.json")
+    node.source = "live"
+    back = node_from_text(node_text(node))
+    assert back == node
+    assert back.source == "live"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (None, "missing (controller and worker run different pytest-nvlink versions?)"),
+        ("{not json", "not JSON"),
+        ('{"kind": "other"}', "not a pytest-nvlink snapshot"),
+    ],
+)
+def test_a_worker_without_a_usable_node_says_why(text: object, message: str) -> None:
+    with pytest.raises(SnapshotError, match="node handed over by the pytest-xdist controller") as caught:
+        node_from_text(text)
+    assert message in str(caught.value)
