@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import EVIDENCE, SNAPSHOTS
@@ -88,3 +90,13 @@ def test_a_failure_without_properties_is_flagged_as_a_plugin_defect(pytester: py
     result.stdout.fnmatch_lines(
         ["*bare failure [[]pytest-nvlink defect: no JUnit expected, unit, threshold_key/threshold_file or *report it]"]
     )
+
+
+def test_a_lost_gpu_fails_with_the_suite_key(pytester: pytest.Pytester, install_fake_nvml: Callable[..., Any]) -> None:
+    install_fake_nvml("h100-8gpu-healthy", lost_gpus=[7])
+    xml_path = pytester.path / "lost.xml"
+    pytester.runpytest("--nvlink-suite=h100-8gpu", "-k", "gpu_count or gpu7", f"--junitxml={xml_path}")
+    cases = _failing_cases(xml_path)
+    assert "test_gpu_count" in cases and "test_path[gpu0-gpu7]" in cases
+    assert cases["test_nvlink_speed[gpu7]"]["suite_key"] == "suite.gpu_count"
+    assert cases["test_gpu_count"]["measured"] == "7"
