@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from pytest_nvlink.config import Suite, Threshold, Thresholds, path_matches
 from pytest_nvlink.judges_errors import judge_error_counters
@@ -19,6 +20,7 @@ from pytest_nvlink.verdict import (
     measured_properties,
     not_applicable,
     passed,
+    suite_key_properties,
     unknown,
     waived,
 )
@@ -34,6 +36,13 @@ class Context:
 
     def suite_where(self, key: str) -> str:
         return f"{self.suite.file.name}:{key}"
+
+    def suite_at(self, key: str) -> tuple[Path, str]:
+        """Where in the suite file an expectation comes from, for the JUnit ``suite_key``/``suite_file``."""
+        return self.suite.file, key
+
+    def path_key(self, a: int, b: int) -> str:
+        return "topology.pairs" if (min(a, b), max(a, b)) in self.suite.pairs else "topology.default"
 
     def first_unusable(self, *indices: int) -> int | None:
         for index in indices:
@@ -89,7 +98,8 @@ class Context:
 
     def missing_gpu(self, index: int) -> Verdict:
         if self.no_inventory():
-            return unknown("evidence", f"GPU {index}", "the evidence files list no GPUs", [])
+            props = measured_properties(None, f"GPU {index} present", "GPUs", suite=self.suite_at("suite.gpu_count"))
+            return unknown("evidence", f"GPU {index}", "the evidence files list no GPUs", props)
         found = self.usable_gpus()
         gpu = self.node.gpu(index)
         partial = self.partial_gpu_list()
@@ -99,14 +109,14 @@ class Context:
             return failed(
                 f"GPU {index} (bus {gpu.pci_bus_id or 'unknown'}) is unusable: {gpu.problem}; likely cause: the GPU "
                 "fell off the bus (dmesg Xid 79) or a driver fault — reset it or reboot, then check cooling/power",
-                measured_properties("lost", "usable", "GPU state"),
+                measured_properties("lost", "usable", "GPU state", suite=self.suite_at("suite.gpu_count")),
             )
         return failed(
             f"GPU {index} is expected by suite {self.suite.name} ({self.suite_where('suite.gpu_count')} = "
             f"{self.suite.gpu_count}) but only {found} GPU(s) were found; likely cause: a GPU fell off the bus "
             "(check dmesg for Xid 79), is hidden by CUDA_VISIBLE_DEVICES/the container runtime, or was not "
             "passed through to this VM",
-            measured_properties(found, str(self.suite.gpu_count), "GPUs"),
+            measured_properties(found, str(self.suite.gpu_count), "GPUs", suite=self.suite_at("suite.gpu_count")),
         )
 
 
@@ -145,10 +155,9 @@ def _per_gpu(judge: Callable[[Context, Gpu], Verdict]) -> Callable[[Context, int
 
 def gpu_count(ctx: Context) -> Verdict:
     expected, found = ctx.suite.gpu_count, ctx.usable_gpus()
-    props = measured_properties(found, str(expected), "GPUs")
+    props = measured_properties(found, str(expected), "GPUs", suite=ctx.suite_at("suite.gpu_count"))
     if ctx.auto_mismatch is not None:
-        suite_props = [("suite_key", ctx.suite_where("suite.gpu_count")), ("suite_file", str(ctx.suite.file))]
-        return failed(ctx.auto_mismatch, props + suite_props)
+        return failed(ctx.auto_mismatch, props)
     if ctx.no_inventory():
         return unknown("evidence", "the GPU inventory", "the evidence files list no GPUs", props)
     if ctx.node.probe_errors and found == 0:
@@ -192,7 +201,8 @@ def gpu_count(ctx: Context) -> Verdict:
 def gpu_model(ctx: Context, gpu: Gpu) -> Verdict:
     index = gpu.index
     accepted = " | ".join(ctx.suite.gpu_models)
-    props = measured_properties(gpu.name, accepted, "model") + gpu_properties(gpu)
+    props = measured_properties(gpu.name, accepted, "model", suite=ctx.suite_at("suite.gpu_models"))
+    props += gpu_properties(gpu)
     if gpu.name is None:
         return unknown(
             ctx.node.source,
@@ -210,7 +220,10 @@ def gpu_model(ctx: Context, gpu: Gpu) -> Verdict:
 
 
 def driver(ctx: Context) -> Verdict:
-    props = measured_properties(ctx.node.driver_version, "a loaded NVIDIA driver", "version")
+    # Every suite needs the NVIDIA driver; no key sets a version, so the [suite] table is the expectation.
+    props = measured_properties(
+        ctx.node.driver_version, "a loaded NVIDIA driver", "version", suite=ctx.suite_at("suite")
+    )
     if ctx.node.driver_version is None:
         return unknown(
             ctx.node.source,
@@ -313,11 +326,12 @@ def _no_active_links(ctx: Context, gpu: Gpu, what: str) -> Verdict | None:
     active = gpu.active_link_count()
     if active != 0:
         return None
-    expected = ctx.thresholds.value("nvlink.active_links", 0)
+    threshold = ctx.thresholds.get("nvlink.active_links")
+    expected = threshold.value if threshold else 0
     return failed(
         f"GPU {gpu.index}: no active NVLink (0 of {expected}), so its {what} cannot be judged; "
         f"see test_nvlink_active_links[gpu{gpu.index}] for the cause",
-        gpu_properties(gpu),
+        measured_properties(0, str(expected), "active links", threshold) + gpu_properties(gpu),
     )
 
 
@@ -528,13 +542,9 @@ def pair_path(ctx: Context, a: int, b: int) -> Verdict:
     if missing is not None:
         return ctx.missing_gpu(missing)
     expected = ctx.suite.expected_path(a, b)
-    key = "topology.pairs" if (min(a, b), max(a, b)) in ctx.suite.pairs else "topology.default"
+    key = ctx.path_key(a, b)
     actual = ctx.node.path(a, b)
-    props = [
-        *measured_properties(actual, expected, "path class"),
-        ("suite_key", ctx.suite_where(key)),
-        *pair_properties(ctx, a, b),
-    ]
+    props = measured_properties(actual, expected, "path class", suite=ctx.suite_at(key)) + pair_properties(ctx, a, b)
     if actual is None:
         return unknown(
             ctx.node.source,
@@ -610,6 +620,8 @@ def p2p_status(ctx: Context, src: int, dst: int) -> Verdict:
         ("measured", ",".join(f"{k}={v}" for k, v in shown.items())),
         ("expected", "read,write,nvlink=ok"),
         ("unit", "P2P status"),
+        # P2P is required because the suite expects NVLink between these GPUs.
+        *suite_key_properties(*ctx.suite_at(ctx.path_key(src, dst))),
         *pair_properties(ctx, src, dst),
     ]
     # A capability stated unusable fails the pair even when another one was not stated.

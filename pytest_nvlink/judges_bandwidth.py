@@ -289,13 +289,24 @@ def _collective_cause(ctx: Context, op: str, m: CollectiveMeasurement) -> str:
 def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
     if not ctx.suite.expects_any_nvlink():
         return not_applicable(f"suite {ctx.suite.name} expects no NVLink, so SHM/NET transports are expected")
+    bad = (
+        []
+        if audit is None
+        else [c for c in audit.channels if c.transport in ("SHM", "NET") and _expects_nvlink(ctx, c.src_dev, c.dst_dev)]
+    )
+    # The suite's NVLink paths are what make P2P/NVLS the expected transport on every channel.
+    props = measured_properties(
+        None if audit is None else f"{len(bad)} of {len(audit.channels)} on SHM/NET",
+        "0 channels on SHM/NET between GPUs the suite expects on NVLink",
+        "NCCL channels",
+        suite=ctx.suite_at("topology.default"),
+    )
     if audit is None:
-        return unknown(ctx.node.source, "the transports NCCL used", "no NCCL INFO log captured", [])
-    props = [("channels", str(len(audit.channels))), ("nvls_available", str(audit.nvls_available))]
+        return unknown(ctx.node.source, "the transports NCCL used", "no NCCL INFO log captured", props)
+    props += [("channels", str(len(audit.channels))), ("nvls_available", str(audit.nvls_available))]
     props += [(f"env_{k}", v) for k, v in sorted(audit.env.items())]
     if audit.p2p_disabled_warnings:
         return failed(f"NCCL reports P2P disabled: {audit.p2p_disabled_warnings[0]}{_env_note(audit)}", props)
-    bad = [c for c in audit.channels if c.transport in ("SHM", "NET") and _expects_nvlink(ctx, c.src_dev, c.dst_dev)]
     if bad:
         pairs = sorted(
             {f"rank {c.src_rank}[GPU {c.src_dev}] -> rank {c.dst_rank}[GPU {c.dst_dev}] via {c.detail}" for c in bad}
@@ -316,10 +327,13 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
     if uncovered:
         return failed(uncovered, props)
     if ctx.suite.nvswitch and audit.nvls_available is False and "NCCL_NVLS_ENABLE" not in audit.env:
+        nvls = measured_properties(
+            "NVLS not available", "NVLS available", "NCCL NVLS", suite=ctx.suite_at("suite.nvswitch")
+        )
         return failed(
             "NCCL reports NVLS multicast not available on an NVSwitch system although NCCL_NVLS_ENABLE is "
             "unset; likely cause: Fabric Manager/IMEX not running or a driver without multicast",
-            props,
+            nvls + props[len(nvls) :],
         )
     return passed(f"all {len(audit.channels)} NCCL channels use P2P/NVLS", props)
 

@@ -6,6 +6,7 @@ or pynvml import, no extra tests. Everything that is not pytest glue lives in ot
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Generator
 from itertools import combinations, permutations
 from pathlib import Path
@@ -13,18 +14,19 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_nvlink.config import ConfigError
-from pytest_nvlink.judges import Context
-from pytest_nvlink.model import Node, gpu_id, pair_id
-from pytest_nvlink.provider import MeasurementProvider
-from pytest_nvlink.run import Given, Run, build_run, not_collected, not_collected_note, read_options
-from pytest_nvlink.verdict import Outcome, Verdict
-
 if TYPE_CHECKING:
+    # Only for annotations: an inert plugin (no --nvlink-suite) must import nothing of its own at start-up.
     from pytest_nvlink.audit import AuditTally
+    from pytest_nvlink.judges import Context
+    from pytest_nvlink.model import Node
+    from pytest_nvlink.provider import LiveMeasurements, MeasurementProvider
+    from pytest_nvlink.run import Given, Run, RunOptions
+    from pytest_nvlink.verdict import Verdict
 
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
-RUN_KEY = pytest.StashKey[Run]()
+RUN_KEY = pytest.StashKey["Run"]()
+# Set in a pytest-xdist worker: its node and measurements came from the controller, complete.
+HANDED_OVER_KEY = pytest.StashKey[bool]()
 JUDGED_KEY = pytest.StashKey[bool]()  # on an item: nvlink_judge was called
 TALLY_KEY = pytest.StashKey["AuditTally"]()
 # Check areas whose items make the live provider run a measurement campaign.
@@ -74,6 +76,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _given(config: pytest.Config, name: str) -> Given | None:
     """Setting ``name`` ("pair-mode") from the command line, else the ini file; None when not given."""
+    from pytest_nvlink.run import Given
+
     dest = "nvlink_" + name.replace("-", "_")
     value = config.getoption(dest, default=None)
     if value is not None:
@@ -87,6 +91,8 @@ def _ini_label(config: pytest.Config, key: str) -> str:
 
 
 def _evidence(config: pytest.Config) -> list[Given]:
+    from pytest_nvlink.run import Given
+
     given = config.getoption("nvlink_evidence")
     if given:
         return [Given(str(value), "--nvlink-evidence") for value in given]
@@ -120,14 +126,22 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "nvlink(area, gate=False): a pytest-nvlink acceptance check; gate=True keeps it when the node cannot be probed",
     )
+    if config.getoption("nvlink_suite", default=None) is None and config.getini("nvlink_suite") is None:
+        return  # inert: nothing of pytest-nvlink is imported or registered
+    from pytest_nvlink.config import ConfigError
+    from pytest_nvlink.run import build_run, read_options
+
     try:
         exclude = config.getoption("nvlink_evidence_exclude") or config.getini("nvlink_evidence_exclude")
         options = read_options(lambda name: _given(config, name), _evidence(config), [str(g) for g in exclude])
-        if options is not None:
-            config.stash[RUN_KEY] = build_run(options, _live_probe)
-            config.pluginmanager.register(_ShapeFilter(), "nvlink-shape-filter")
+        if options is None:
+            return
+        config.stash[RUN_KEY] = build_run(*_worker_source(config, options))
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
+    # Hooks that only a run needs are registered here, so the inert plugin adds no call per test.
+    config.pluginmanager.register(_ShapeFilter(), "nvlink-shape-filter")
+    config.pluginmanager.register(_JudgedCheck(), "nvlink-judged-check")
     _start_tally(config)
 
 
@@ -135,6 +149,49 @@ def _live_probe() -> Node:
     from pytest_nvlink.nvml_probe import probe_node
 
     return probe_node()
+
+
+# --- pytest-xdist: one probe and one measurement campaign per session, in the controller -------
+
+
+def _worker_source(config: pytest.Config, options: RunOptions) -> tuple[RunOptions, Callable[[], Node]]:
+    """A plain run or the xdist controller reads its source; a worker takes the controller's node."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return options, _live_probe
+    from pytest_nvlink.config import ConfigError
+    from pytest_nvlink.handover import WORKERINPUT_KEY, node_from_text
+    from pytest_nvlink.snapshot import SnapshotError
+
+    try:
+        node = node_from_text(workerinput.get(WORKERINPUT_KEY))
+    except SnapshotError as exc:
+        raise ConfigError(str(exc)) from None
+    config.stash[HANDED_OVER_KEY] = True
+    # The controller read the source and saves the snapshot; a worker only judges.
+    return dataclasses.replace(options, replay=None, evidence=[], save=None), lambda: node
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_setupnodes(config: pytest.Config) -> None:
+    """Controller, before any worker starts: measure once what a full run would measure.
+
+    The controller does not collect, so it cannot tell which checks the workers will run; the
+    workers never measure (two campaigns on one node would contend for the GPUs).
+    """
+    run = _run(config)
+    if run is None or run.node.source != "live" or run.probe_failed():
+        return
+    _live_provider(config, run).measure_all()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    run = _run(node.config)
+    if run is not None:
+        from pytest_nvlink.handover import WORKERINPUT_KEY, node_text
+
+        node.workerinput[WORKERINPUT_KEY] = node_text(run.node)
 
 
 def _run(config: pytest.Config) -> Run | None:
@@ -146,6 +203,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if run is None:
         return None
     from pytest_nvlink.report import header_lines
+    from pytest_nvlink.run import not_collected_note
 
     note = not_collected_note(run.suite)
     return header_lines(run) + ([f"nvlink: {note}"] if note else [])
@@ -162,6 +220,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     run = _run(metafunc.config)
     if run is None:
         return
+    from pytest_nvlink.model import gpu_id, pair_id
+
     count = run.suite.gpu_count
     # Parametrize by the suite's expectation, not by what was found: a missing GPU must fail, not vanish.
     params: dict[str, tuple[list[Any], list[str]]] = {
@@ -190,6 +250,8 @@ class _ShapeFilter:
             return result
         # A one-GPU suite has no pairs and an empty collective list has no collectives: those checks do not
         # exist for this suite (the header says so), rather than appearing as skips or errors.
+        from pytest_nvlink.run import not_collected
+
         absent = not_collected(run.suite)
         return [item for item in result if not _belongs_to(item, absent)]
 
@@ -261,12 +323,19 @@ def nvlink_measurements(
     nvlink_run: Run, pytestconfig: pytest.Config, request: pytest.FixtureRequest
 ) -> MeasurementProvider:
     """P2P and collective figures: measured on first use (live, once per session) or read from the source."""
-    from pytest_nvlink.provider import LiveMeasurements, RecordedMeasurements
+    from pytest_nvlink.provider import RecordedMeasurements
 
-    if nvlink_run.node.source != "live":
+    if nvlink_run.node.source != "live" or pytestconfig.stash.get(HANDED_OVER_KEY, False):
         return RecordedMeasurements(nvlink_run.node)
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
+    return _live_provider(pytestconfig, nvlink_run, request.session.items)
+
+
+def _live_provider(config: pytest.Config, run: Run, items: list[pytest.Item] | None = None) -> LiveMeasurements:
+    """The live provider; ``items`` (the selected checks) tell it which campaigns to plan, None: every one."""
+    from pytest_nvlink.provider import LiveMeasurements
+
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
 
     def progress(line: str) -> None:
         if reporter is None:
@@ -278,8 +347,7 @@ def nvlink_measurements(
         else:
             reporter.write_line(f"nvlink: {line}")
 
-    run = nvlink_run
-    planned = _planned_campaigns(request.session.items)
+    planned = _planned_campaigns(items) if items is not None else frozenset({"p2p", "collectives"})
     return LiveMeasurements(run.node, run.suite, run.thresholds, progress, run.options.backend, planned=planned)
 
 
@@ -313,15 +381,22 @@ def nvlink_collective(request: pytest.FixtureRequest) -> str:
 def nvlink_judge(request: pytest.FixtureRequest, nvlink_run: Run) -> Callable[[Verdict], None]:
     """Apply a Verdict: record its properties for JUnit, then pass, fail, or skip when it does not apply."""
 
+    from pytest_nvlink.verdict import missing_report_properties
+
     def judge(verdict: Verdict) -> None:
         request.node.stash[JUDGED_KEY] = True
         _record(request.node, nvlink_run, verdict)
-        if verdict.outcome is Outcome.NOT_APPLICABLE:
+        # The enum is taken from the verdict itself: pytester's in-process runs re-import our modules.
+        outcome = type(verdict.outcome)
+        if verdict.outcome is outcome.NOT_APPLICABLE:
             pytest.skip(f"does not apply: {verdict.message}")
-        if verdict.outcome is Outcome.NO_EVIDENCE and nvlink_run.options.evidence_missing == "skip":
+        if verdict.outcome is outcome.NO_EVIDENCE and nvlink_run.options.evidence_missing == "skip":
             pytest.skip(verdict.message)
-        if verdict.outcome is not Outcome.PASS:
-            pytest.fail(verdict.message, pytrace=False)
+        if verdict.outcome is not outcome.PASS:
+            missing = missing_report_properties(verdict.properties)
+            # Every failure's JUnit case must say measured vs expected and where the expectation comes from.
+            defect = f" [pytest-nvlink defect: no JUnit {', '.join(missing)}; please report it]" if missing else ""
+            pytest.fail(verdict.message + defect, pytrace=False)
 
     return judge
 
@@ -333,23 +408,24 @@ def _record(item: pytest.Item, run: Run, verdict: Verdict) -> None:
     item.user_properties.extend(verdict.properties)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
-    report = yield
-    # A check that never hands its verdict over would pass every node: fail it instead.
-    if (
-        report.when == "call"
-        and report.passed
-        and _run(item.config) is not None
-        and item.get_closest_marker("nvlink") is not None
-        and not item.stash.get(JUDGED_KEY, False)
-    ):
-        report.outcome = "failed"
-        report.longrepr = (
-            f"{item.name} is marked nvlink but never called nvlink_judge(verdict), so it judged nothing and "
-            "cannot pass; hand the check's Verdict to the nvlink_judge fixture"
-        )
-    return report
+class _JudgedCheck:
+    """A check that never hands its verdict over would pass every node: fail it instead."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+        report = yield
+        if (
+            report.when == "call"
+            and report.passed
+            and item.get_closest_marker("nvlink") is not None
+            and not item.stash.get(JUDGED_KEY, False)
+        ):
+            report.outcome = "failed"
+            report.longrepr = (
+                f"{item.name} is marked nvlink but never called nvlink_judge(verdict), so it judged nothing and "
+                "cannot pass; hand the check's Verdict to the nvlink_judge fixture"
+            )
+        return report
 
 
 class _AuditRecorder:
@@ -370,15 +446,20 @@ def _start_tally(config: pytest.Config) -> None:
     config.pluginmanager.register(_AuditRecorder(tally), "nvlink-audit-tally")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _nvlink_suite_properties(request: pytest.FixtureRequest) -> None:
-    run = _run(request.config)
-    if run is not None:
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # The JUnit <testsuite> properties go straight to pytest's LogXML (what record_testsuite_property
+    # does): it lives in the controller under pytest-xdist, and no autouse fixture taxes every test.
+    run = _run(session.config)
+    if run is None:
+        return
+    from _pytest.junitxml import xml_key
+
+    xml = session.config.stash.get(xml_key, None)
+    if xml is not None:
         from pytest_nvlink.report import suite_properties
 
-        record = request.getfixturevalue("record_testsuite_property")
         for name, value in suite_properties(run):
-            record(name, value)
+            xml.add_global_property(name, value)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -387,7 +468,7 @@ def pytest_terminal_summary(
 ) -> Generator[None, None, None]:
     yield
     run = _run(config)
-    if run is None:
+    if run is None or _lists_only(config):
         return
     try:
         from pytest_nvlink.report import summary_lines
@@ -401,6 +482,16 @@ def pytest_terminal_summary(
     saved = config.stash.get(SAVED_KEY, None)
     if saved is not None:
         terminalreporter.write_line(saved[1], green=saved[0], red=not saved[0])
+
+
+def _lists_only(config: pytest.Config) -> bool:
+    """--co, --fixtures and --fixtures-per-test judge nothing: no verdict tables."""
+    option = config.option
+    return bool(
+        getattr(option, "collectonly", False)
+        or getattr(option, "showfixtures", False)
+        or getattr(option, "show_fixtures_per_test", False)
+    )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from itertools import permutations
 from typing import TYPE_CHECKING, Protocol
 
 from pytest_nvlink.config import Suite, Thresholds
@@ -132,6 +133,16 @@ class LiveMeasurements:
     def p2p(self, src: int, dst: int, kind: str) -> P2PMeasurement | None:
         self._ensure_p2p()
         return self._recorded.p2p(src, dst, kind)
+
+    def measure_all(self) -> None:
+        """Now, every figure the shipped checks could ask for (what a full serial run would measure).
+
+        Under pytest-xdist the controller measures before any worker starts: the workers only judge.
+        """
+        count = self._suite.gpu_count
+        if any(self._suite.pair_expects_nvlink(a, b) for a, b in permutations(range(count), 2)):
+            self._ensure_p2p()
+        self._ensure_collectives()
 
     def _ensure_p2p(self) -> None:
         if self._p2p_done:

@@ -15,6 +15,7 @@ from tabulate import tabulate
 
 from pytest_nvlink.audit import AuditTally, no_verdict_line
 from pytest_nvlink.config import path_matches
+from pytest_nvlink.judges_bandwidth import pick_collective
 from pytest_nvlink.model import Node
 from pytest_nvlink.run import Run
 from pytest_nvlink.unknowns import recorded_unknowns
@@ -162,17 +163,26 @@ def worst_pair(run: Run, kind: str = "unidirectional") -> str | None:
 
 
 def collective_table(run: Run) -> str:
+    """Every size measured; only the size the verdict judges (``collectives.<op>.size_mib``) gets ok/BELOW."""
+    results = run.node.measurements.collectives
+    judged = {id(pick_collective(op, _size_mib(run, op), results)) for op in {m.op for m in results}}
     rows = []
-    for m in sorted(run.node.measurements.collectives, key=lambda m: (m.op, m.size_bytes)):
+    for m in sorted(results, key=lambda m: (m.op, m.size_bytes)):
         floor = run.thresholds.value(f"collectives.{m.op}.busbw_min_gbps")
         verdict = "error" if m.error else ("WRONG DATA" if m.correct is False else "")
-        if not verdict and floor is not None and m.busbw_gbps is not None:
+        if not verdict and id(m) not in judged:
+            verdict = "(sweep)"
+        elif not verdict and floor is not None and m.busbw_gbps is not None:
             verdict = "ok" if m.busbw_gbps >= floor else "BELOW"
         rows.append(
             [m.op, f"{m.size_bytes / (1 << 20):g}", m.world_size, m.time_us, m.algbw_gbps, m.busbw_gbps, floor, verdict]
         )
-    headers = ["collective", "size MiB", "ranks", "time us", "algbw GB/s", "busbw GB/s", "min busbw", ""]
+    headers = ["collective", "size MiB", "ranks", "time us", "algbw GB/s", "busbw GB/s", "min busbw", "verdict"]
     return tabulate(rows, headers=headers, tablefmt="simple", floatfmt=".1f")
+
+
+def _size_mib(run: Run, op: str) -> int:
+    return int(run.thresholds.value(f"collectives.{op}.size_mib", 1024))
 
 
 def measurement_lines(run: Run) -> list[str]:
@@ -257,12 +267,25 @@ FAMILY_CHECKS: dict[str, str] = {
 }
 
 
+FILES_SHOWN = 3  # a folder of burn-in logs can hold hundreds of files: list a few, count the rest
+
+
 def evidence_coverage(node: Node) -> str:
     """Which evidence file fed which checks; an empty cell means those checks had no evidence."""
     from pytest_nvlink.evidence import coverage
 
-    rows = [[family, FAMILY_CHECKS.get(family, ""), files or "(none)"] for family, files in coverage(node)]
+    rows = [[family, FAMILY_CHECKS.get(family, ""), _file_cell(files)] for family, files in coverage(node)]
     return "\n".join([tabulate(rows, headers=["evidence", "checks", "files"], tablefmt="simple"), *file_notes(node)])
+
+
+def _file_cell(files: str) -> str:
+    """One file per line, at most ``FILES_SHOWN`` of them, so no line grows with the number of files."""
+    names = [name for name in files.split(", ") if name]
+    if not names:
+        return "(none)"
+    if len(names) > FILES_SHOWN:
+        names = [*names[:FILES_SHOWN], f"… and {len(names) - FILES_SHOWN} more ({len(names)} files)"]
+    return "\n".join(names)
 
 
 def file_notes(node: Node) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 
 from pytest_nvlink.config import Threshold, Waiver
 
@@ -30,16 +31,38 @@ class Verdict:
         return self.outcome is Outcome.PASS
 
 
+# What every failing JUnit test case carries: the figures, and where the expectation comes from.
+REQUIRED_ON_FAILURE: tuple[str, ...] = ("measured", "expected", "unit")
+EXPECTATION_KEYS: tuple[tuple[str, str], ...] = (("threshold_key", "threshold_file"), ("suite_key", "suite_file"))
+
+
 def measured_properties(
     measured: object,
     expected: str,
     unit: str,
     threshold: Threshold | None = None,
+    suite: tuple[Path, str] | None = None,
 ) -> list[tuple[str, str]]:
+    """The JUnit properties of a verdict; ``suite`` is (suite file, key) when the suite sets the expectation."""
     props = [("measured", _text(measured)), ("expected", expected), ("unit", unit)]
     if threshold is not None:
         props += [("threshold_key", threshold.key), ("threshold_file", str(threshold.file))]
+    if suite is not None:
+        props += suite_key_properties(*suite)
     return props
+
+
+def suite_key_properties(file: Path, key: str) -> list[tuple[str, str]]:
+    return [("suite_key", key), ("suite_file", str(file))]
+
+
+def missing_report_properties(props: list[tuple[str, str]]) -> list[str]:
+    """The names a failing verdict lacks of ``measured``, ``expected``, ``unit`` and a threshold or suite key."""
+    names = {name for name, _ in props}
+    missing = [name for name in REQUIRED_ON_FAILURE if name not in names]
+    if not any(key in names and file in names for key, file in EXPECTATION_KEYS):
+        missing.append("threshold_key/threshold_file or suite_key/suite_file")
+    return missing
 
 
 def _text(value: object) -> str:

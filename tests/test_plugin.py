@@ -199,7 +199,8 @@ def test_junit_carries_measured_expected_and_threshold(pytester: pytest.Pytester
     assert pair["measured"] == "NV16"
     assert pair["gpu_dst"] == "3"
     assert pair["gpu_dst_uuid"].startswith("GPU-")
-    assert pair["suite_key"] == "h100-8gpu.toml:topology.default"
+    # The key and its file are separate properties, as threshold_key/threshold_file are.
+    assert (pair["suite_key"], Path(pair["suite_file"]).name) == ("topology.default", "h100-8gpu.toml")
     assert links.get("classname") == "nvlink.test_nvlink"
 
 

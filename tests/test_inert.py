@@ -1,0 +1,30 @@
+"""Without --nvlink-suite the plugin is inert: it loads nothing of its own beyond the plugin module."""
+
+from __future__ import annotations
+
+import pytest
+
+HEAVY = ("torch", "pynvml", "tabulate", "numpy")
+
+
+def test_inert_plugin_imports_no_heavy_module(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_plain=f"""
+        import sys
+
+        def test_only_the_plugin_module_is_loaded():
+            ours = sorted(m for m in sys.modules if m.startswith("pytest_nvlink"))
+            assert ours == ["pytest_nvlink", "pytest_nvlink.plugin"], ours
+            heavy = sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r})
+            assert heavy == [], heavy
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
+def test_inert_plugin_adds_no_autouse_fixture(pytester: pytest.Pytester) -> None:
+    # An autouse fixture would join every test's fixture closure, a cost paid per test by every project.
+    pytester.makepyfile(test_plain="def test_closure(request):\n    assert request.fixturenames == ['request']\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
