@@ -54,7 +54,7 @@ def judge_error_counters(thresholds: Thresholds, node: Node, gpu: Gpu, base: lis
         return failed(
             f"GPU {gpu.index}: impossible NVLink error counter value(s): {'; '.join(tally.impossible)}; the "
             "source is damaged or mis-parsed, so the counters cannot be judged",
-            props,
+            props + _summary_props(tally, thresholds),
         )
     over = [f for f in tally.findings if f.over]
     if over:
@@ -64,13 +64,15 @@ def judge_error_counters(thresholds: Thresholds, node: Node, gpu: Gpu, base: lis
         return failed(
             f"GPU {gpu.index}: threshold set {thresholds.describe()} neither sets nor waives {keys}, so {what} "
             "cannot be judged; set them with a `# Source:` comment or waive them with a reason under [waive]",
-            props,
+            props + _summary_props(tally, thresholds),
         )
     if tally.unread:
-        return unknown(node.source, what, f"not read: {'; '.join(tally.unread)}", props)
+        return unknown(
+            node.source, what, f"not read: {'; '.join(tally.unread)}", props + _summary_props(tally, thresholds)
+        )
     if not tally.findings:
         reason = "every limit that applies is waived" + ("" if run else " and no increase during a run was recorded")
-        return unknown(node.source, what, f"nothing was judged: {reason}", props)
+        return unknown(node.source, what, f"nothing was judged: {reason}", props + _summary_props(tally, thresholds))
     judged = "the increase during this run and the lifetime totals" if run else _totals_only(node)
     waived = f"; waived: {', '.join(tally.waived_keys)}" if tally.waived_keys else ""
     return passed(f"GPU {gpu.index}: NVLink error counters within limits (judged: {judged}{waived})", props)
@@ -154,6 +156,25 @@ def _cause(first: Finding, tally: _Tally) -> str:
         "a marginal link (cable, connector or NVSwitch port): watch `nvidia-smi nvlink -e` under load and plan a "
         "reseat/RMA"
     )
+
+
+def _summary_props(tally: _Tally, thresholds: Thresholds) -> list[tuple[str, str]]:
+    """measured/expected and the first key involved, for a verdict that is not one limit exceeded."""
+    measured = ", ".join(f"{f.counter} {f.scope} {f.value:g}" for f in tally.findings) or "unknown"
+    expected = ", ".join(f"{f.counter} {f.scope} <= {f.limit.value:g}" for f in tally.findings)
+    unread = "; ".join(tally.unread)
+    props = [
+        ("measured", measured + (f" (not read: {unread})" if unread else "")),
+        ("expected", expected or "every counter read and within its limit"),
+        ("unit", "NVLink errors (count; CRC run limits per second)"),
+    ]
+    if tally.findings:
+        limit = tally.findings[0].limit
+        return [*props, ("threshold_key", limit.key), ("threshold_file", str(limit.file))]
+    key = (tally.missing_keys or tally.waived_keys or [error_total_key(ERROR_COUNTER_NAMES[0])])[0]
+    waiver = thresholds.waiver(key)
+    where = waiver.file if waiver is not None else thresholds.files[-1]
+    return [*props, ("threshold_key", key), ("threshold_file", str(where))]
 
 
 def _limit_props(finding: Finding) -> list[tuple[str, str]]:

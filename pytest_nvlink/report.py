@@ -293,7 +293,16 @@ def file_notes(node: Node) -> list[str]:
     from pytest_nvlink.evidence import file_coverage
 
     lines: list[str] = []
+    quiet: list[str] = []  # files without notes: a few are listed, the rest counted by what they gave
     for file, families, notes in file_coverage(node):
-        lines.append(f"{file}: {', '.join(families) or 'contributed nothing'}")
-        lines += [f"  note: {note}" for note in notes]
+        contributed = ", ".join(families) or "contributed nothing"
+        if notes or len(quiet) < FILES_SHOWN:
+            lines.append(f"{file}: {contributed}")
+            lines += [f"  note: {note}" for note in notes]
+        if not notes:
+            quiet.append(contributed)
+    if len(quiet) > FILES_SHOWN:
+        rest = quiet[FILES_SHOWN:]
+        kinds = ", ".join(f"{count} x {what}" for what, count in sorted(Counter(rest).items()))
+        lines.append(f"… and {len(rest)} more file(s) without notes ({kinds})")
     return ["", "evidence files (what each contributed; notes on damage and on files left out):", *lines]
