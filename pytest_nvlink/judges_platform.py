@@ -1,0 +1,127 @@
+"""Platform verdicts: NVSwitch fabric registration (Fabric Manager) and the trained PCIe link of a GPU."""
+
+from __future__ import annotations
+
+from pytest_nvlink.config import Threshold
+from pytest_nvlink.judges import Context, gpu_properties, per_gpu
+from pytest_nvlink.model import Gpu
+from pytest_nvlink.verdict import Verdict, failed, measured_properties, not_applicable, passed, unknown
+
+
+@per_gpu
+def fabric(ctx: Context, gpu: Gpu) -> Verdict:
+    index = gpu.index
+    threshold = ctx.thresholds.get("fabric.required")
+    if threshold is None and not ctx.suite.nvswitch:
+        return not_applicable(f"suite {ctx.suite.name} has no NVSwitch ({ctx.suite_where('suite.nvswitch')} = false)")
+    if threshold is None:
+        return ctx.missing_threshold("fabric.required")
+    if threshold.value is not True:
+        return not_applicable(f"the SKU does not register with an NVSwitch fabric ({threshold.where()} = false)")
+    info = gpu.fabric
+    props = measured_properties(
+        info.state if info else None, "completed/success", "fabric state", threshold
+    ) + gpu_properties(gpu)
+    if info is None:
+        return unknown(
+            ctx.node.source,
+            f"the NVSwitch fabric state of GPU {index}",
+            ctx.node.unknown_reason(f"gpu{index}.fabric", "fabric state not reported"),
+            props,
+        )
+    if info.state != "completed" or info.status != "success":
+        shown = info.state.replace("_", " ") if info.state != "completed" else f"completed with status {info.status}"
+        return failed(
+            f"GPU {index}: NVSwitch fabric registration is {shown}, expected completed/success "
+            f"({threshold.where()}); likely cause: Fabric Manager is not running or failed — check "
+            "`systemctl status nvidia-fabricmanager` and that its version matches the driver "
+            f"{ctx.node.driver_version or ''}".rstrip(),
+            props,
+        )
+    if info.degraded_bandwidth is None:
+        # Registration alone does not say the fabric runs at full bandwidth; an NVSwitch SKU needs the answer.
+        props.append(("fabric_degraded_bandwidth", "unknown"))
+        reason = ctx.node.unknown_reason(f"gpu{index}.fabric.degraded_bandwidth", "the source does not report it")
+        return unknown(
+            ctx.node.source,
+            f"the NVSwitch fabric health of GPU {index} (registration completed)",
+            f"healthMask DEGRADED_BW unknown: {reason}; an NVSwitch system needs the answer ({threshold.where()}); "
+            "likely cause: a driver before R550 (no nvmlDeviceGetGpuFabricInfoV) — upgrade it or check the Fabric "
+            "Manager log for degraded links",
+            props,
+        )
+    if info.degraded_bandwidth:
+        return failed(
+            f"GPU {index}: fabric reports degraded NVLink bandwidth (healthMask DEGRADED_BW) although "
+            f"registration completed ({threshold.where()}); likely cause: NVSwitch links down — check the Fabric "
+            "Manager log",
+            props,
+        )
+    if info.health_summary == "unhealthy":
+        return failed(
+            f"GPU {index}: fabric health summary is Unhealthy although registration completed ({threshold.where()}); "
+            "likely cause: NVSwitch routes or links unhealthy — check the Health block of nvidia-smi -q and the "
+            "Fabric Manager log",
+            props,
+        )
+    return passed(f"GPU {index}: fabric registration completed", props)
+
+
+@per_gpu
+def pcie_link(ctx: Context, gpu: Gpu) -> Verdict:
+    """The trained link: current width (it holds at idle) and the generation sampled under load.
+
+    ``nvmlDeviceGetMaxPcieLink*`` is what GPU and slot could do, so a link trained at x8 or Gen4
+    through a bad riser passed on it. The current generation drops at idle, so only a sample taken
+    while the measurement campaign loaded the GPU counts; without one the generation is unknown.
+    """
+    index = gpu.index
+    gen_t, width_t = ctx.thresholds.get("pcie.generation_min"), ctx.thresholds.get("pcie.width_min")
+    unset = [key for key in ("pcie.generation_min", "pcie.width_min") if ctx.thresholds.get(key) is None]
+    if len(unset) == 2 or any(ctx.thresholds.waiver(key) is None for key in unset):
+        return ctx.missing_threshold(*unset)
+    gen, width = gpu.pcie_gen_loaded, gpu.pcie_width_current
+    measured = f"Gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
+    expected = f"Gen{gen_t.value if gen_t else '?'} x{width_t.value if width_t else '?'}"
+    props = measured_properties(measured, f">= {expected}", "PCIe link", gen_t or width_t) + gpu_properties(gpu)
+    props += [
+        ("pcie_gen_under_load", str(gen) if gen is not None else "not_measured"),
+        ("pcie_width_current", str(width) if width is not None else "unknown"),
+        ("pcie_gen_max", str(gpu.pcie_gen_max) if gpu.pcie_gen_max is not None else "unknown"),
+    ]
+    low = _pcie_below(gpu, gen_t, width_t)
+    if low is not None:
+        what, value, threshold = low
+        return failed(
+            f"GPU {index}: PCIe {what} {value}, below {threshold.value} ({threshold.where()}); likely cause: a "
+            "riser/slot or BIOS setting limiting the link — check `lspci -vv` LnkSta and the slot's BIOS PCIe speed",
+            props,
+        )
+    if width_t is not None and width is None:
+        reason = ctx.node.unknown_reason(f"gpu{index}.pcie_width_current", "PCIe width not reported")
+        return unknown(ctx.node.source, f"the PCIe link width of GPU {index}", reason, props)
+    if gen_t is not None and gen is None:
+        reason = ctx.node.unknown_reason(
+            f"gpu{index}.pcie_gen_loaded",
+            "no measurement campaign ran in this session (topology-only run or a snapshot without measurements)",
+        )
+        return unknown(
+            ctx.node.source,
+            f"the PCIe generation of GPU {index} under load (width x{width} ok)",
+            f"not measured under load: {reason}; the current generation drops at idle, so it is sampled while the "
+            "bandwidth/collective checks run — include them in the session",
+            props,
+        )
+    return passed(f"GPU {index}: PCIe {measured} (generation sampled under load)", props)
+
+
+def _pcie_below(gpu: Gpu, gen_t: Threshold | None, width_t: Threshold | None) -> tuple[str, str, Threshold] | None:
+    """The first PCIe figure known to be below its minimum: trained width, loaded generation, or capability."""
+    if width_t is not None and gpu.pcie_width_current is not None and gpu.pcie_width_current < width_t.value:
+        return "link trained at width", f"x{gpu.pcie_width_current}", width_t
+    if gen_t is not None and gpu.pcie_gen_loaded is not None and gpu.pcie_gen_loaded < gen_t.value:
+        return "generation under load", f"Gen{gpu.pcie_gen_loaded}", gen_t
+    # Even unloaded, a slot that cannot reach the minimum fails (nvmlDeviceGetMaxPcieLinkGeneration).
+    if gen_t is not None and gpu.pcie_gen_max is not None and gpu.pcie_gen_max < gen_t.value:
+        return "generation capability of GPU and slot", f"Gen{gpu.pcie_gen_max}", gen_t
+    return None
