@@ -56,7 +56,8 @@ def judge_error_counters(thresholds: Thresholds, node: Node, gpu: Gpu, base: lis
             "source is damaged or mis-parsed, so the counters cannot be judged",
             props + _summary_props(tally, thresholds),
         )
-    over = [f for f in tally.findings if f.over]
+    # Errors that grew during this run say more than a total that may predate it: they lead the message.
+    over = sorted((f for f in tally.findings if f.over), key=lambda f: f.scope != "run")
     if over:
         return failed(_over_message(gpu.index, over, tally, node.error_window_s), props + _limit_props(over[0]))
     if tally.missing_keys:
