@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pytest_nvlink.judges import Context
     from pytest_nvlink.model import Node
     from pytest_nvlink.provider import LiveMeasurements, MeasurementProvider
+    from pytest_nvlink.report.record import ItemLog
     from pytest_nvlink.run import Given, Run, RunOptions
     from pytest_nvlink.verdict import Verdict
 
@@ -40,6 +41,8 @@ _OPTIONS: tuple[tuple[str, str], ...] = (
     ("evidence-missing", "when evidence files do not cover a check: 'fail' (default) or 'skip'"),
     ("pair-mode", "P2P measurement order: 'serial' (default) or 'concurrent' disjoint pairs"),
     ("backend", "collective backend: 'nccl' (GPUs) or 'gloo' (CPU harness check)"),
+    ("json", "write the results (every verdict, the node, the measurements) as versioned JSON to this file"),
+    ("report", "write a self-contained HTML report (verdict, failures, topology, heatmaps) to this file"),
 )
 
 
@@ -143,6 +146,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_ShapeFilter(), "nvlink-shape-filter")
     config.pluginmanager.register(_JudgedCheck(), "nvlink-judged-check")
     _start_tally(config)
+    _output_paths(config)  # refuse an unwritable target before anything runs
 
 
 def _live_probe() -> Node:
@@ -405,6 +409,8 @@ def _record(item: pytest.Item, run: Run, verdict: Verdict) -> None:
     item.user_properties.append(("suite", run.suite.name))
     item.user_properties.append(("source", run.node.source))
     item.user_properties.append(("outcome", verdict.outcome.value))
+    # The verdict's own sentence travels with it, so reports read it rather than pytest's text (and under xdist).
+    item.user_properties.append(("message", verdict.message))
     item.user_properties.extend(verdict.properties)
 
 
@@ -429,21 +435,78 @@ class _JudgedCheck:
 
 
 class _AuditRecorder:
-    """Feeds every test report to the run's tally (on an xdist controller too, where worker reports arrive)."""
+    """Feeds every test report to the run's tally and results record (on an xdist controller too)."""
 
-    def __init__(self, tally: AuditTally) -> None:
+    def __init__(self, tally: AuditTally, log: ItemLog) -> None:
         self.tally = tally
+        self.log = log
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.tally.add(report)
+        self.log.add(report)
 
 
 def _start_tally(config: pytest.Config) -> None:
     from pytest_nvlink.audit import AuditTally
+    from pytest_nvlink.report.record import ItemLog
 
-    tally = AuditTally()
+    tally, log = AuditTally(), ItemLog()
     config.stash[TALLY_KEY] = tally
-    config.pluginmanager.register(_AuditRecorder(tally), "nvlink-audit-tally")
+    config.stash[ITEM_LOG_KEY] = log
+    config.pluginmanager.register(_AuditRecorder(tally, log), "nvlink-audit-tally")
+    if getattr(config.option, "htmlpath", None) and config.pluginmanager.hasplugin("html"):
+        from pytest_nvlink.report.pytest_html import PytestHtmlColumns
+
+        config.pluginmanager.register(PytestHtmlColumns(), "nvlink-pytest-html")
+
+
+ITEM_LOG_KEY = pytest.StashKey["ItemLog"]()
+WRITTEN_KEY = pytest.StashKey[list[tuple[bool, str]]]()
+
+
+def _output_paths(config: pytest.Config) -> list[tuple[str, Path]]:
+    """(format, file) for --nvlink-json and --nvlink-report; a folder or an unwritable place is a usage error."""
+    from pytest_nvlink.snapshot import SnapshotError, check_writable
+
+    wanted = []
+    for name in ("json", "report"):
+        given = _given(config, name)
+        if given is None:
+            continue
+        if not given.value:
+            raise pytest.UsageError(f"{given.label}: empty; give a file name")
+        path = Path(given.value)
+        try:
+            check_writable(path)
+        except SnapshotError as exc:
+            raise pytest.UsageError(f"{given.label}: {exc}") from None
+        wanted.append((name, path))
+    return wanted
+
+
+def _write_outputs(session: pytest.Session, run: Run) -> None:
+    """The JSON results and the HTML report, both from the one results record."""
+    config = session.config
+    wanted = _output_paths(config)
+    log, tally = config.stash.get(ITEM_LOG_KEY, None), config.stash.get(TALLY_KEY, None)
+    if not wanted or log is None or tally is None or hasattr(config, "workerinput"):
+        return
+    from pytest_nvlink.report.html import write_html_report
+    from pytest_nvlink.report.json_results import write_results_json
+    from pytest_nvlink.report.record import Results
+
+    results = Results(run, log.results(), tally.line())
+    written = config.stash.setdefault(WRITTEN_KEY, [])
+    for name, path in wanted:
+        writer = write_results_json if name == "json" else write_html_report
+        what = "results JSON" if name == "json" else "HTML report"
+        try:
+            writer(results, path)
+        except Exception as exc:  # a report that cannot be written must not hide the verdicts above it
+            written.append((False, f"pytest-nvlink: could not write {what} {path}: {exc}"))
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        else:
+            written.append((True, f"pytest-nvlink: {what} written to {path}"))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -480,8 +543,8 @@ def pytest_terminal_summary(
         terminalreporter.write_line(f"pytest-nvlink: summary could not be rendered ({exc!r})")
     # Last, right above the outcome counts, where a failed save cannot be missed.
     saved = config.stash.get(SAVED_KEY, None)
-    if saved is not None:
-        terminalreporter.write_line(saved[1], green=saved[0], red=not saved[0])
+    for ok, line in [*([saved] if saved is not None else []), *config.stash.get(WRITTEN_KEY, [])]:
+        terminalreporter.write_line(line, green=ok, red=not ok)
 
 
 def _lists_only(config: pytest.Config) -> bool:
@@ -506,6 +569,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _refuse_empty_audit(session)
     if run.options.save is not None:
         _save(session, run.node, run.options.save)
+    _write_outputs(session, run)
 
 
 SAVED_KEY = pytest.StashKey[tuple[bool, str]]()
