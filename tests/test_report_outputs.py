@@ -13,9 +13,9 @@ import pytest
 from conftest import SNAPSHOTS
 from report_outputs import DEMOS, Outputs, write_outputs
 
-from pytest_nvlink.config import load_suite, load_thresholds
 from pytest_nvlink.report.html import render_html
 from pytest_nvlink.report.json_results import load_schema
+from pytest_nvlink.report.pictures import p2p_scale
 from pytest_nvlink.report.record import FAIL, INCOMPLETE, PASS, ItemLog, Results, item_result, run_verdict
 from pytest_nvlink.run import RunOptions, build_run
 from pytest_nvlink.snapshot import load_snapshot
@@ -175,7 +175,11 @@ def test_an_output_that_cannot_be_written_stops_the_run_first(pytester: pytest.P
     result.stderr.fnmatch_lines([f"*{option}: {pytester.path} is a folder; give a file name such as*"])
 
 
-def test_thresholds_without_line_rate_scale_to_the_figures() -> None:
-    thresholds = load_thresholds("h100-sxm")
-    suite = load_suite("h100-8gpu")
-    assert thresholds.value("nvlink.active_links") == 18 and suite.gpu_count == 8
+@pytest.mark.parametrize(
+    ("kind", "high", "limit"), [("unidirectional", 477.0, 335.0), ("bidirectional", 954.0, 666.0), ("latency", 20.0, 10.0)]
+)
+def test_heatmap_scales_come_from_the_threshold_file(kind: str, high: float, limit: float) -> None:
+    scale = p2p_scale(_results("host").run, kind)
+    assert scale is not None
+    assert (scale.low, round(scale.high, 6), scale.limit) == (0.0, high, limit)
+    assert scale.breaks_limit(limit * 0.9) is (kind != "latency")
