@@ -458,6 +458,32 @@ def _start_tally(config: pytest.Config) -> None:
         from pytest_nvlink.report.pytest_html import PytestHtmlColumns
 
         config.pluginmanager.register(PytestHtmlColumns(), "nvlink-pytest-html")
+        config.pluginmanager.register(_HtmlExtras(), "nvlink-pytest-html-extras")
+
+
+class _HtmlExtras:
+    """pytest-html: the picture a failing row is about (heatmap or topology) as an extra on that row."""
+
+    def __init__(self) -> None:
+        self.rendered: dict[str, str | None] = {}
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+        report = yield
+        run = _run(item.config)
+        if run is None or report.when != "call" or not report.failed or item.get_closest_marker("nvlink") is None:
+            return report
+        from pytest_nvlink.report.pytest_html import html_extra
+
+        check = item.name.split("[")[0]
+        if check not in self.rendered:
+            from pytest_nvlink.report.html import picture_html
+
+            self.rendered[check] = picture_html(run, check)
+        picture = self.rendered[check]
+        if picture is not None:
+            report.extras = [*getattr(report, "extras", []), html_extra(picture)]
+        return report
 
 
 ITEM_LOG_KEY = pytest.StashKey["ItemLog"]()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_nvlink.evidence import coverage, file_coverage
 from pytest_nvlink.model import Gpu
@@ -16,7 +17,11 @@ from pytest_nvlink.report import pictures
 from pytest_nvlink.report.json_results import write_atomically
 from pytest_nvlink.report.record import Results, source_text
 from pytest_nvlink.report.terminal import FAMILY_CHECKS
+from pytest_nvlink.run import Run
 from pytest_nvlink.unknowns import recorded_unknowns
+
+if TYPE_CHECKING:
+    import jinja2
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 P2P_KINDS = ("unidirectional", "bidirectional", "latency")
@@ -45,8 +50,8 @@ class GpuRow:
     pcie: str
 
 
-def render_html(results: Results) -> str:
-    import jinja2  # only a run that writes the report pays for the import
+def _environment() -> jinja2.Environment:
+    import jinja2  # only a run that writes a report pays for the import
 
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
@@ -56,7 +61,35 @@ def render_html(results: Results) -> str:
         lstrip_blocks=True,
     )
     env.filters["filename"] = lambda path: Path(str(path)).name
-    return env.get_template("report.html.j2").render(**report_context(results))
+    return env
+
+
+def render_html(results: Results) -> str:
+    return _environment().get_template("report.html.j2").render(**report_context(results))
+
+
+# The picture that explains a failing check's row in pytest-html.
+CHECK_PICTURES: dict[str, str] = {
+    "test_p2p_unidirectional": "unidirectional",
+    "test_p2p_bidirectional": "bidirectional",
+    "test_p2p_latency": "latency",
+    "test_p2p_path_proof": "unidirectional",
+    "test_path": "topology",
+    "test_p2p_status": "topology",
+    "test_nvlink_active_links": "topology",
+}
+
+
+def picture_html(run: Run, check: str) -> str | None:
+    """The topology table or the heatmap (inline SVG) for ``check``; None when it has none or nothing was measured."""
+    picture = CHECK_PICTURES.get(check)
+    if picture is None:
+        return None
+    macros = _environment().get_template("pictures.html.j2").module
+    if picture == "topology":
+        return str(macros.topology_table(pictures.topology_rows(run))) if run.node.gpus else None  # type: ignore[attr-defined]
+    heatmap = _heatmap(run, picture)
+    return None if heatmap is None else str(macros.heatmap(heatmap))  # type: ignore[attr-defined]
 
 
 def write_html_report(results: Results, path: Path) -> None:
@@ -77,7 +110,7 @@ def report_context(results: Results) -> dict[str, object]:
         "models": sorted({gpu.name or "unknown model" for gpu in node.gpus}),
         "gpus": [_gpu_row(gpu) for gpu in node.gpus],
         "topology": pictures.topology_rows(run) if node.gpus else [],
-        "heatmaps": [h for h in (_heatmap(results, kind) for kind in P2P_KINDS) if h is not None],
+        "heatmaps": [h for h in (_heatmap(run, kind) for kind in P2P_KINDS) if h is not None],
         "collectives": sorted(node.measurements.collectives, key=lambda m: (m.op, m.size_bytes)),
         "floors": {
             op: run.thresholds.value(f"collectives.{op}.busbw_min_gbps")
@@ -92,8 +125,7 @@ def report_context(results: Results) -> dict[str, object]:
     }
 
 
-def _heatmap(results: Results, kind: str) -> Heatmap | None:
-    run = results.run
+def _heatmap(run: Run, kind: str) -> Heatmap | None:
     if not any(m.kind == kind for m in run.node.measurements.p2p):
         return None
     scale = pictures.p2p_scale(run, kind)

@@ -3,12 +3,14 @@
 Registered by the plugin only when pytest-html is loaded, through its documented hooks
 ``pytest_html_results_table_header`` and ``pytest_html_results_table_row``
 (https://pytest-html.readthedocs.io/en/latest/user_guide.html#modifying-the-results-table).
-Cells are HTML strings there, so every value is escaped.
+Cells are HTML strings there, so every value is escaped. A failing row also gets the picture it
+is about (heatmap or topology table, inline SVG/HTML) as an ``html`` extra.
 """
 
 from __future__ import annotations
 
 from html import escape
+from pathlib import Path
 from typing import Any
 
 from pytest_nvlink.report.record import item_result
@@ -31,8 +33,13 @@ def row_values(report: Any) -> tuple[str, str, str]:
     measured = props.get("measured", "")
     key = ""
     if "threshold_key" in props:
-        key = f"{props.get('threshold_file', '')}:{props['threshold_key']}"
+        key = f"{Path(props.get('threshold_file', '')).name}:{props['threshold_key']}"
     elif "suite_key" in props:
-        key = f"{props.get('suite_file', '')}:{props['suite_key']}"
+        key = f"{Path(props.get('suite_file', '')).name}:{props['suite_key']}"
     expected = props.get("expected", "")
     return (f"{measured} {unit}".strip(), f"{expected} {unit}".strip() if expected else "", key)
+
+
+def html_extra(content: str) -> dict[str, Any]:
+    """What ``pytest_html.extras.html(content)`` returns, built here so pytest-html stays optional."""
+    return {"name": "HTML", "format_type": "html", "content": content, "mime_type": None, "extension": None}
