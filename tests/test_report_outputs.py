@@ -183,3 +183,15 @@ def test_heatmap_scales_come_from_the_threshold_file(kind: str, high: float, lim
     assert scale is not None
     assert (scale.low, round(scale.high, 6), scale.limit) == (0.0, high, limit)
     assert scale.breaks_limit(limit * 0.9) is (kind != "latency")
+
+
+def test_under_xdist_the_record_holds_the_same_verdicts(outputs: dict[str, Outputs], tmp_path: Path) -> None:
+    snapshot = "h100-8gpu-degraded"
+    parallel = write_outputs(snapshot, tmp_path, "-n", "2")
+    serial_items = json.loads(outputs[snapshot].json.read_text(encoding="utf-8"))["items"]
+    parallel_document = json.loads(parallel.json.read_text(encoding="utf-8"))
+    assert sorted(parallel_document["items"], key=lambda i: i["nodeid"]) == sorted(
+        serial_items, key=lambda i: i["nodeid"]
+    )
+    assert parallel_document["verdict"] == "FAIL" and parallel_document["counts"] == {"passed": 343, "failed": 29}
+    assert "<h2>Failures (29)</h2>" in parallel.html.read_text(encoding="utf-8")
