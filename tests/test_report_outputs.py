@@ -99,7 +99,7 @@ def test_degraded_report_shows_failures_first_and_marks_the_slow_pair(outputs: d
 def test_the_colour_scale_is_fixed_by_the_sku_not_by_the_figures(outputs: dict[str, Outputs]) -> None:
     healthy = outputs["h100-8gpu-healthy"].html.read_text(encoding="utf-8")
     degraded = outputs["h100-8gpu-degraded"].html.read_text(encoding="utf-8")
-    scale = "Colour scale 0–477 GB/s fixed by the SKU (active_links x link_speed_min_gbps)"
+    scale = "Colour scale 0 to 477 GB/s fixed by the SKU (active_links x link_speed_min_gbps)"
     assert scale in healthy and scale in degraded  # 18 links x 26.5 GB/s in h100-sxm.toml
 
 
@@ -176,7 +176,8 @@ def test_an_output_that_cannot_be_written_stops_the_run_first(pytester: pytest.P
 
 
 @pytest.mark.parametrize(
-    ("kind", "high", "limit"), [("unidirectional", 477.0, 335.0), ("bidirectional", 954.0, 666.0), ("latency", 20.0, 10.0)]
+    ("kind", "high", "limit"),
+    [("unidirectional", 477.0, 335.0), ("bidirectional", 954.0, 666.0), ("latency", 20.0, 10.0)],
 )
 def test_heatmap_scales_come_from_the_threshold_file(kind: str, high: float, limit: float) -> None:
     scale = p2p_scale(_results("host").run, kind)

@@ -133,7 +133,9 @@ def _heatmap(run: Run, kind: str) -> Heatmap | None:
         values = [m.value for m in run.node.measurements.p2p if m.kind == kind and m.value is not None]
         scale = pictures.Scale(0.0, max(values, default=1.0), None, kind != "latency", "largest figure (no SKU scale)")
     size = max(run.suite.gpu_count, len(run.node.gpus))
-    return Heatmap(kind, pictures.UNIT[kind], size, pictures.heatmap(run, kind, scale), scale, pictures.worst(run, kind))
+    return Heatmap(
+        kind, pictures.UNIT[kind], size, pictures.heatmap(run, kind, scale), scale, pictures.worst(run, kind)
+    )
 
 
 def _gpu_row(gpu: Gpu) -> GpuRow:

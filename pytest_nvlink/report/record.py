@@ -40,11 +40,11 @@ class ItemResult:
 
 
 def check_name(nodeid: str) -> str:
-    return nodeid.split("::")[-1].split("[")[0]
+    return nodeid.rsplit("::", maxsplit=1)[-1].split("[", maxsplit=1)[0]
 
 
 def area_of(nodeid: str) -> str:
-    module = nodeid.split("::")[0].rsplit("/", 1)[-1]
+    module = nodeid.split("::", maxsplit=1)[0].rsplit("/", 1)[-1]
     return module.removesuffix(".py").removeprefix("test_")
 
 
@@ -160,7 +160,10 @@ class Results:
             checks: dict[str, list[ItemResult]] = {}
             for item in items:
                 checks.setdefault(item.check, []).append(item)
-            grouped.append((area, [FailureGroup(check, i[:shown], [_param(x) for x in i[shown:]]) for check, i in checks.items()]))
+            groups = [
+                FailureGroup(check, same[:shown], [_param(x) for x in same[shown:]]) for check, same in checks.items()
+            ]
+            grouped.append((area, groups))
         return grouped
 
     def counts(self) -> dict[str, int]:
