@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -10,7 +11,7 @@ from types import SimpleNamespace
 
 import jsonschema
 import pytest
-from conftest import SNAPSHOTS
+from conftest import EVIDENCE, SNAPSHOTS
 from report_outputs import DEMOS, Outputs, write_outputs
 
 from pytest_nvlink.report.html import render_html
@@ -196,3 +197,30 @@ def test_under_xdist_the_record_holds_the_same_verdicts(outputs: dict[str, Outpu
     )
     assert parallel_document["verdict"] == "FAIL" and parallel_document["counts"] == {"passed": 343, "failed": 29}
     assert "<h2>Failures (29)</h2>" in parallel.html.read_text(encoding="utf-8")
+
+
+def test_a_collective_sweep_is_drawn_against_message_size() -> None:
+    results = _results("host")
+    measurements = results.run.node.measurements.collectives
+    judged = next(m for m in measurements if m.op == "all_reduce")
+    measurements.append(dataclasses.replace(judged, size_bytes=judged.size_bytes // 4, busbw_gbps=120.0))
+    page = render_html(results)
+    assert "<h3>all_reduce: busbw against message size</h3>" in page
+    assert page.count("<polyline") == 1 and ">1024</text>" in page and ">4096</text>" in page
+
+
+def test_an_evidence_run_without_full_coverage_reads_incomplete(pytester: pytest.Pytester) -> None:
+    report = pytester.path / "audit.html"
+    result = pytester.runpytest(
+        "--nvlink-suite=a100-8gpu",
+        "--nvlink-evidence-missing=skip",
+        f"--nvlink-evidence={EVIDENCE / 'topo/a100-sxm4-80gb-8gpu-distserve3.txt'}",
+        f"--nvlink-report={report}",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert result.ret == 0
+    page = report.read_text(encoding="utf-8")
+    assert '<header class="banner INCOMPLETE" id="verdict">' in page
+    assert "partial audit: 29 of 364 checks had evidence (335 without evidence, 8 not applicable)" in page
+    assert "<td>nvlinks</td><td>test_nvlink_active_links, test_nvlink_version, test_nvlink_speed</td><td>(none)</td>" in page
