@@ -132,6 +132,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("nvlink_suite", default=None) is None and config.getini("nvlink_suite") is None:
         return  # inert: nothing of pytest-nvlink is imported or registered
     from pytest_nvlink.config import ConfigError
+    from pytest_nvlink.report.outputs import output_targets
     from pytest_nvlink.run import build_run, read_options
 
     try:
@@ -140,13 +141,13 @@ def pytest_configure(config: pytest.Config) -> None:
         if options is None:
             return
         config.stash[RUN_KEY] = build_run(*_worker_source(config, options))
+        config.stash[OUTPUTS_KEY] = output_targets(lambda name: _given(config, name))
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
     # Hooks that only a run needs are registered here, so the inert plugin adds no call per test.
     config.pluginmanager.register(_ShapeFilter(), "nvlink-shape-filter")
     config.pluginmanager.register(_JudgedCheck(), "nvlink-judged-check")
     _start_tally(config)
-    _output_paths(config)  # refuse an unwritable target before anything runs
 
 
 def _live_probe() -> Node:
@@ -487,52 +488,24 @@ class _HtmlExtras:
 
 
 ITEM_LOG_KEY = pytest.StashKey["ItemLog"]()
+OUTPUTS_KEY = pytest.StashKey[list[tuple[str, Path]]]()  # (format, file) of --nvlink-json/--nvlink-report
 WRITTEN_KEY = pytest.StashKey[list[tuple[bool, str]]]()
-
-
-def _output_paths(config: pytest.Config) -> list[tuple[str, Path]]:
-    """(format, file) for --nvlink-json and --nvlink-report; a folder or an unwritable place is a usage error."""
-    from pytest_nvlink.snapshot import SnapshotError, check_writable
-
-    wanted = []
-    for name in ("json", "report"):
-        given = _given(config, name)
-        if given is None:
-            continue
-        if not given.value:
-            raise pytest.UsageError(f"{given.label}: empty; give a file name")
-        path = Path(given.value)
-        try:
-            check_writable(path)
-        except SnapshotError as exc:
-            raise pytest.UsageError(f"{given.label}: {exc}") from None
-        wanted.append((name, path))
-    return wanted
 
 
 def _write_outputs(session: pytest.Session, run: Run) -> None:
     """The JSON results and the HTML report, both from the one results record."""
     config = session.config
-    wanted = _output_paths(config)
+    wanted = config.stash.get(OUTPUTS_KEY, [])
     log, tally = config.stash.get(ITEM_LOG_KEY, None), config.stash.get(TALLY_KEY, None)
     if not wanted or log is None or tally is None or hasattr(config, "workerinput"):
         return
-    from pytest_nvlink.report.html import write_html_report
-    from pytest_nvlink.report.json_results import write_results_json
+    from pytest_nvlink.report.outputs import write_outputs
     from pytest_nvlink.report.record import Results
 
-    results = Results(run, log.results(), tally.line())
-    written = config.stash.setdefault(WRITTEN_KEY, [])
-    for name, path in wanted:
-        writer = write_results_json if name == "json" else write_html_report
-        what = "results JSON" if name == "json" else "HTML report"
-        try:
-            writer(results, path)
-        except Exception as exc:  # a report that cannot be written must not hide the verdicts above it
-            written.append((False, f"pytest-nvlink: could not write {what} {path}: {exc}"))
-            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-        else:
-            written.append((True, f"pytest-nvlink: {what} written to {path}"))
+    written = write_outputs(Results(run, log.results(), tally.line()), wanted)
+    config.stash[WRITTEN_KEY] = written
+    if not all(ok for ok, _ in written):
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

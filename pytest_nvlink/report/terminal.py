@@ -24,7 +24,7 @@ from pytest_nvlink.unknowns import recorded_unknowns
 NCCL_ENV_VARS: tuple[str, ...] = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_NVLS_ENABLE")
 
 
-_source_text = source_text
+_source_text = source_text  # the record's; this name stays for the header and JUnit lines below
 
 
 def header_lines(run: Run) -> list[str]:
