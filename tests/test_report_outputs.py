@@ -225,3 +225,9 @@ def test_an_evidence_run_without_full_coverage_reads_incomplete(pytester: pytest
     assert "partial audit: 29 of 364 checks had evidence (335 without evidence, 8 not applicable)" in page
     row = "<td>nvlinks</td><td>test_nvlink_active_links, test_nvlink_version, test_nvlink_speed</td><td>(none)</td>"
     assert row in page
+
+
+def test_inherited_nccl_settings_are_on_the_banner(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NCCL_P2P_DISABLE", "1")
+    page = render_html(_results("host"))
+    assert "<dt>NCCL settings</dt><dd>inherited: NCCL_P2P_DISABLE=1</dd>" in page

@@ -6,6 +6,7 @@ markup. It opens offline from a ticket attachment and prints on A4.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,7 +17,7 @@ from pytest_nvlink.model import Gpu
 from pytest_nvlink.report import pictures
 from pytest_nvlink.report.json_results import write_atomically
 from pytest_nvlink.report.record import Results, source_text
-from pytest_nvlink.report.terminal import FAMILY_CHECKS
+from pytest_nvlink.report.terminal import FAMILY_CHECKS, NCCL_ENV_VARS
 from pytest_nvlink.run import Run
 from pytest_nvlink.unknowns import recorded_unknowns
 
@@ -118,6 +119,7 @@ def report_context(results: Results) -> dict[str, object]:
         },
         "sweeps": pictures.sweeps(run),
         "unknowns": recorded_unknowns(node, run.thresholds),
+        "environment": [f"{name}={os.environ[name]}" for name in NCCL_ENV_VARS if name in os.environ],
         "coverage": [(family, FAMILY_CHECKS.get(family, ""), files) for family, files in coverage(node)]
         if node.source == "evidence"
         else [],
