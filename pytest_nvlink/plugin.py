@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pytest_nvlink.judges import Context
     from pytest_nvlink.model import Node
     from pytest_nvlink.provider import LiveMeasurements, MeasurementProvider
+    from pytest_nvlink.report.record import ItemLog
     from pytest_nvlink.run import Given, Run, RunOptions
     from pytest_nvlink.verdict import Verdict
 
@@ -40,6 +41,8 @@ _OPTIONS: tuple[tuple[str, str], ...] = (
     ("evidence-missing", "when evidence files do not cover a check: 'fail' (default) or 'skip'"),
     ("pair-mode", "P2P measurement order: 'serial' (default) or 'concurrent' disjoint pairs"),
     ("backend", "collective backend: 'nccl' (GPUs) or 'gloo' (CPU harness check)"),
+    ("json", "write the results (every verdict, the node, the measurements) as versioned JSON to this file"),
+    ("report", "write a self-contained HTML report (verdict, failures, topology, heatmaps) to this file"),
 )
 
 
@@ -129,6 +132,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("nvlink_suite", default=None) is None and config.getini("nvlink_suite") is None:
         return  # inert: nothing of pytest-nvlink is imported or registered
     from pytest_nvlink.config import ConfigError
+    from pytest_nvlink.report.outputs import output_targets
     from pytest_nvlink.run import build_run, read_options
 
     try:
@@ -137,6 +141,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if options is None:
             return
         config.stash[RUN_KEY] = build_run(*_worker_source(config, options))
+        config.stash[OUTPUTS_KEY] = output_targets(lambda name: _given(config, name))
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
     # Hooks that only a run needs are registered here, so the inert plugin adds no call per test.
@@ -405,6 +410,8 @@ def _record(item: pytest.Item, run: Run, verdict: Verdict) -> None:
     item.user_properties.append(("suite", run.suite.name))
     item.user_properties.append(("source", run.node.source))
     item.user_properties.append(("outcome", verdict.outcome.value))
+    # The verdict's own sentence travels with it, so reports read it rather than pytest's text (and under xdist).
+    item.user_properties.append(("message", verdict.message))
     item.user_properties.extend(verdict.properties)
 
 
@@ -429,21 +436,76 @@ class _JudgedCheck:
 
 
 class _AuditRecorder:
-    """Feeds every test report to the run's tally (on an xdist controller too, where worker reports arrive)."""
+    """Feeds every test report to the run's tally and results record (on an xdist controller too)."""
 
-    def __init__(self, tally: AuditTally) -> None:
+    def __init__(self, tally: AuditTally, log: ItemLog) -> None:
         self.tally = tally
+        self.log = log
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.tally.add(report)
+        self.log.add(report)
 
 
 def _start_tally(config: pytest.Config) -> None:
     from pytest_nvlink.audit import AuditTally
+    from pytest_nvlink.report.record import ItemLog
 
-    tally = AuditTally()
+    tally, log = AuditTally(), ItemLog()
     config.stash[TALLY_KEY] = tally
-    config.pluginmanager.register(_AuditRecorder(tally), "nvlink-audit-tally")
+    config.stash[ITEM_LOG_KEY] = log
+    config.pluginmanager.register(_AuditRecorder(tally, log), "nvlink-audit-tally")
+    if getattr(config.option, "htmlpath", None) and config.pluginmanager.hasplugin("html"):
+        from pytest_nvlink.report.pytest_html import PytestHtmlColumns
+
+        config.pluginmanager.register(PytestHtmlColumns(), "nvlink-pytest-html")
+        config.pluginmanager.register(_HtmlExtras(), "nvlink-pytest-html-extras")
+
+
+class _HtmlExtras:
+    """pytest-html: the picture a failing row is about (heatmap or topology) as an extra on that row."""
+
+    def __init__(self) -> None:
+        self.rendered: dict[str, str | None] = {}
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+        report = yield
+        run = _run(item.config)
+        if run is None or report.when != "call" or not report.failed or item.get_closest_marker("nvlink") is None:
+            return report
+        from pytest_nvlink.report.pytest_html import html_extra
+
+        check = item.name.split("[")[0]
+        if check not in self.rendered:
+            from pytest_nvlink.report.html import picture_html
+
+            self.rendered[check] = picture_html(run, check)
+        picture = self.rendered[check]
+        if picture is not None:
+            report.extras = [*getattr(report, "extras", []), html_extra(picture)]
+        return report
+
+
+ITEM_LOG_KEY = pytest.StashKey["ItemLog"]()
+OUTPUTS_KEY = pytest.StashKey[list[tuple[str, Path]]]()  # (format, file) of --nvlink-json/--nvlink-report
+WRITTEN_KEY = pytest.StashKey[list[tuple[bool, str]]]()
+
+
+def _write_outputs(session: pytest.Session, run: Run) -> None:
+    """The JSON results and the HTML report, both from the one results record."""
+    config = session.config
+    wanted = config.stash.get(OUTPUTS_KEY, [])
+    log, tally = config.stash.get(ITEM_LOG_KEY, None), config.stash.get(TALLY_KEY, None)
+    if not wanted or log is None or tally is None or hasattr(config, "workerinput"):
+        return
+    from pytest_nvlink.report.outputs import write_outputs
+    from pytest_nvlink.report.record import Results
+
+    written = write_outputs(Results(run, log.results(), tally.line()), wanted)
+    config.stash[WRITTEN_KEY] = written
+    if not all(ok for ok, _ in written):
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -480,8 +542,8 @@ def pytest_terminal_summary(
         terminalreporter.write_line(f"pytest-nvlink: summary could not be rendered ({exc!r})")
     # Last, right above the outcome counts, where a failed save cannot be missed.
     saved = config.stash.get(SAVED_KEY, None)
-    if saved is not None:
-        terminalreporter.write_line(saved[1], green=saved[0], red=not saved[0])
+    for ok, line in [*([saved] if saved is not None else []), *config.stash.get(WRITTEN_KEY, [])]:
+        terminalreporter.write_line(line, green=ok, red=not ok)
 
 
 def _lists_only(config: pytest.Config) -> bool:
@@ -506,6 +568,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _refuse_empty_audit(session)
     if run.options.save is not None:
         _save(session, run.node, run.options.save)
+    _write_outputs(session, run)
 
 
 SAVED_KEY = pytest.StashKey[tuple[bool, str]]()

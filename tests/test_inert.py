@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-HEAVY = ("torch", "pynvml", "tabulate", "numpy")
+HEAVY = ("torch", "pynvml", "tabulate", "numpy", "jinja2", "jsonschema")
 
 
 def test_inert_plugin_imports_no_heavy_module(pytester: pytest.Pytester) -> None:
@@ -19,8 +19,25 @@ def test_inert_plugin_imports_no_heavy_module(pytester: pytest.Pytester) -> None
             assert heavy == [], heavy
         """
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    # pytest-html (a dev extra) imports jinja2 itself; without it the check is about this plugin alone.
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:html")
     result.assert_outcomes(passed=1)
+
+
+def test_a_run_without_report_options_never_imports_jinja2(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        import sys
+
+        def pytest_unconfigure():
+            print("jinja2 loaded:", "jinja2" in sys.modules)
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:html", "-s", "--nvlink-suite=h100-8gpu", "--nvlink-replay=h100-8gpu-healthy"
+    )
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["jinja2 loaded: False"])
 
 
 def test_inert_plugin_adds_no_autouse_fixture(pytester: pytest.Pytester) -> None:

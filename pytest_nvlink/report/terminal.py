@@ -1,14 +1,14 @@
 """Report text: the header, JUnit suite properties and the terminal summary tables.
 
-Reads the run and pytest's collected reports (``terminalreporter.stats``) as plain objects,
-so it needs no pytest import.
+Reads the run and the results record (``record.py``: the verdicts carried in the reports'
+``user_properties``, plain objects), so it needs no pytest import.
 """
 
 from __future__ import annotations
 
 import os
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tabulate import tabulate
@@ -17,19 +17,14 @@ from pytest_nvlink.audit import AuditTally, no_verdict_line
 from pytest_nvlink.config import path_matches
 from pytest_nvlink.judges_bandwidth import pick_collective
 from pytest_nvlink.model import Node
+from pytest_nvlink.report.record import ItemLog, ItemResult, source_text
 from pytest_nvlink.run import Run
 from pytest_nvlink.unknowns import recorded_unknowns
 
 NCCL_ENV_VARS: tuple[str, ...] = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_NVLS_ENABLE")
 
 
-def _source_text(run: Run) -> str:
-    options = run.options
-    if options.replay:
-        return f"replay of {options.replay}"
-    if options.evidence:
-        return "evidence from " + ", ".join(str(p) for p in options.evidence)
-    return "live (NVML + torch)"
+_source_text = source_text  # the record's; this name stays for the header and JUnit lines below
 
 
 def header_lines(run: Run) -> list[str]:
@@ -95,20 +90,18 @@ def _cell(node: Node, run: Run, a: int, b: int) -> str:
     return actual if path_matches(expected, actual) else f"{actual}!{expected}"
 
 
-def _properties(report: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in getattr(report, "user_properties", [])}
-
-
 def check_table(stats: Mapping[str, Sequence[Any]]) -> str:
     """One row per check function: passed/failed/skipped counts and the first failure's message."""
+    return check_table_of(ItemLog().add_all(stats).results())
+
+
+def check_table_of(items: Iterable[ItemResult]) -> str:
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     first_failure: dict[str, str] = {}
-    for outcome, reports in stats.items():
-        for report in _call_reports(reports):
-            name = str(report.nodeid).split("::")[-1].split("[")[0]
-            counts[name][outcome] += 1
-            if outcome in ("failed", "error") and name not in first_failure:
-                first_failure[name] = _short(report)
+    for item in items:
+        counts[item.check][item.pytest_outcome] += 1
+        if item.failed and item.check not in first_failure:
+            first_failure[item.check] = _short(item.message)
     rows = [
         [name, c["passed"], c["failed"] + c["error"], c["skipped"], first_failure.get(name, "")]
         for name, c in sorted(counts.items())
@@ -117,19 +110,8 @@ def check_table(stats: Mapping[str, Sequence[Any]]) -> str:
     return tabulate(rows, headers=["check", "passed", "failed", "skipped", "first failure"], tablefmt="simple")
 
 
-def _call_reports(reports: Iterable[Any]) -> Iterator[Any]:
-    for report in reports:
-        when = getattr(report, "when", None)
-        # Setup reports count only when setup failed or skipped (the call never ran).
-        if when == "call" or (when == "setup" and not getattr(report, "passed", False)):
-            yield report
-
-
-def _short(report: Any, limit: int = 110) -> str:
-    crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
-    text = str(getattr(crash, "message", "") or getattr(report, "longreprtext", ""))
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    line = line.removeprefix("Failed: ")
+def _short(message: str, limit: int = 110) -> str:
+    line = next((ln.strip() for ln in message.splitlines() if ln.strip()), "")
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

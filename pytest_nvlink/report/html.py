@@ -1,0 +1,176 @@
+"""``--nvlink-report=FILE.html``: one self-contained page (inline CSS and SVG, no scripts, no requests).
+
+Rendered by Jinja2 with autoescaping on, so a message, host name or file path can never become
+markup. It opens offline from a ticket attachment and prints on A4.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pytest_nvlink.evidence import coverage, file_coverage
+from pytest_nvlink.model import Gpu
+from pytest_nvlink.report import pictures
+from pytest_nvlink.report.json_results import write_atomically
+from pytest_nvlink.report.record import Results, source_text
+from pytest_nvlink.report.terminal import FAMILY_CHECKS, NCCL_ENV_VARS
+from pytest_nvlink.run import Run
+from pytest_nvlink.unknowns import recorded_unknowns
+
+if TYPE_CHECKING:
+    import jinja2
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+P2P_KINDS = ("unidirectional", "bidirectional", "latency")
+
+
+@dataclass(frozen=True)
+class Heatmap:
+    kind: str
+    unit: str
+    size: int
+    cells: list[pictures.Cell]
+    scale: pictures.Scale | None
+    worst: str | None
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    index: int
+    name: str
+    serial: str
+    links: str
+    speed: str
+    errors_run: str
+    errors_total: str
+    fabric: str
+    pcie: str
+
+
+def _environment() -> jinja2.Environment:
+    import jinja2  # only a run that writes a report pays for the import
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["filename"] = lambda path: Path(str(path)).name
+    return env
+
+
+def render_html(results: Results) -> str:
+    return _environment().get_template("report.html.j2").render(**report_context(results))
+
+
+# The picture that explains a failing check's row in pytest-html.
+CHECK_PICTURES: dict[str, str] = {
+    "test_p2p_unidirectional": "unidirectional",
+    "test_p2p_bidirectional": "bidirectional",
+    "test_p2p_latency": "latency",
+    "test_p2p_path_proof": "unidirectional",
+    "test_path": "topology",
+    "test_p2p_status": "topology",
+    "test_nvlink_active_links": "topology",
+}
+
+
+def picture_html(run: Run, check: str) -> str | None:
+    """The topology table or the heatmap (inline SVG) for ``check``; None when it has none or nothing was measured."""
+    picture = CHECK_PICTURES.get(check)
+    if picture is None:
+        return None
+    macros = _environment().get_template("pictures.html.j2").module
+    if picture == "topology":
+        return str(macros.topology_table(pictures.topology_rows(run))) if run.node.gpus else None  # type: ignore[attr-defined]
+    heatmap = _heatmap(run, picture)
+    return None if heatmap is None else str(macros.heatmap(heatmap))  # type: ignore[attr-defined]
+
+
+def write_html_report(results: Results, path: Path) -> None:
+    write_atomically(path, render_html(results))
+
+
+def report_context(results: Results) -> dict[str, object]:
+    run = results.run
+    node = run.node
+    return {
+        "results": results,
+        "verdict": results.verdict,
+        "suite": run.suite,
+        "thresholds": run.thresholds,
+        "node": node,
+        "source": source_text(run),
+        "created": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "models": sorted({gpu.name or "unknown model" for gpu in node.gpus}),
+        "gpus": [_gpu_row(gpu) for gpu in node.gpus],
+        "topology": pictures.topology_rows(run) if node.gpus else [],
+        "heatmaps": [h for h in (_heatmap(run, kind) for kind in P2P_KINDS) if h is not None],
+        "collectives": sorted(node.measurements.collectives, key=lambda m: (m.op, m.size_bytes)),
+        "floors": {
+            op: run.thresholds.value(f"collectives.{op}.busbw_min_gbps")
+            for op in {m.op for m in node.measurements.collectives}
+        },
+        "sweeps": pictures.sweeps(run),
+        "unknowns": recorded_unknowns(node, run.thresholds),
+        "environment": [f"{name}={os.environ[name]}" for name in NCCL_ENV_VARS if name in os.environ],
+        "coverage": [(family, FAMILY_CHECKS.get(family, ""), files) for family, files in coverage(node)]
+        if node.source == "evidence"
+        else [],
+        "evidence_files": file_coverage(node) if node.source == "evidence" else [],
+    }
+
+
+def _heatmap(run: Run, kind: str) -> Heatmap | None:
+    if not any(m.kind == kind for m in run.node.measurements.p2p):
+        return None
+    scale = pictures.p2p_scale(run, kind)
+    if scale is None:  # no line rate in the threshold file: scale to the figures, and say so
+        values = [m.value for m in run.node.measurements.p2p if m.kind == kind and m.value is not None]
+        scale = pictures.Scale(0.0, max(values, default=1.0), None, kind != "latency", "largest figure (no SKU scale)")
+    size = max(run.suite.gpu_count, len(run.node.gpus))
+    return Heatmap(
+        kind, pictures.UNIT[kind], size, pictures.heatmap(run, kind, scale), scale, pictures.worst(run, kind)
+    )
+
+
+def _gpu_row(gpu: Gpu) -> GpuRow:
+    links = gpu.nvlinks
+    active = "unknown" if links is None else f"{sum(1 for link in links if link.active)} of {len(links)}"
+    speeds = sorted({link.speed_gbps for link in links or [] if link.active and link.speed_gbps is not None})
+    speed = ", ".join(f"{s:g}" for s in speeds) or "unknown"
+    fabric = "n/a" if gpu.fabric is None else f"{gpu.fabric.state}/{gpu.fabric.status or '-'}"
+    pcie = f"gen {gpu.pcie_gen_loaded or gpu.pcie_gen_current or '?'} x{gpu.pcie_width_current or '?'}"
+    return GpuRow(
+        gpu.index,
+        gpu.name or "unknown",
+        gpu.serial or "unknown",
+        active,
+        speed,
+        _counter_sum(gpu, "errors_run"),
+        _counter_sum(gpu, "errors"),
+        fabric,
+        pcie,
+    )
+
+
+def _counter_sum(gpu: Gpu, attribute: str) -> str:
+    """Non-zero counters summed over the GPU's links; "not read" when no link has them."""
+    totals: dict[str, int] = {}
+    seen = False
+    for link in gpu.nvlinks or []:
+        counters: dict[str, int] | None = getattr(link, attribute)
+        if counters is None:
+            continue
+        seen = True
+        for name, value in counters.items():
+            totals[name] = totals.get(name, 0) + value
+    if not seen:
+        return "not read"
+    return ", ".join(f"{name} {value}" for name, value in sorted(totals.items()) if value) or "0"

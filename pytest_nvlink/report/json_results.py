@@ -1,0 +1,77 @@
+"""``--nvlink-json=FILE``: the results record as versioned JSON, the input of fleet merging.
+
+The layout is ``results.schema.json`` next to this module (JSON Schema draft 2020-12), described
+in the README. ``node`` is the snapshot format ``--nvlink-save`` writes (probe facts and every
+measurement with its conditions), so the file also serves as a baseline of the node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pytest_nvlink import __version__
+from pytest_nvlink.report.record import ItemResult, Results, source_text
+from pytest_nvlink.snapshot import node_to_dict
+
+RESULTS_KIND = "pytest-nvlink-results"
+RESULTS_SCHEMA_VERSION = 1
+SCHEMA_FILE = Path(__file__).resolve().parent / "results.schema.json"
+
+
+def results_document(results: Results) -> dict[str, Any]:
+    run = results.run
+    return {
+        "kind": RESULTS_KIND,
+        "schema_version": RESULTS_SCHEMA_VERSION,
+        "plugin_version": __version__,
+        "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "verdict": results.verdict,
+        "source": source_text(run),
+        "suite": {"name": run.suite.name, "file": str(run.suite.file), "gpu_count": run.suite.gpu_count},
+        "thresholds": {"name": run.thresholds.name, "files": [str(f) for f in run.thresholds.files]},
+        "counts": results.counts(),
+        "audit": results.audit,
+        "items": [_item(item) for item in results.items],
+        "node": node_to_dict(run.node),
+    }
+
+
+def _item(item: ItemResult) -> dict[str, Any]:
+    return {
+        "nodeid": item.nodeid,
+        "check": item.check,
+        "area": item.area,
+        "outcome": item.outcome,
+        "pytest_outcome": item.pytest_outcome,
+        "message": item.message,
+        "properties": dict(item.properties),
+    }
+
+
+def write_results_json(results: Results, path: Path) -> None:
+    """Written atomically: a fleet merge never reads half a file."""
+    text = json.dumps(results_document(results), indent=1, sort_keys=False) + "\n"
+    write_atomically(path, text)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide the report from whoever attaches it
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def load_schema() -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    return schema

@@ -1,0 +1,49 @@
+"""Writing the files a run asked for (``--nvlink-json``, ``--nvlink-report``) from one results record."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pytest_nvlink.config import ConfigError
+from pytest_nvlink.report.record import Results
+from pytest_nvlink.run import Given
+
+WHAT = {"json": "results JSON", "report": "HTML report"}
+
+
+def write_outputs(results: Results, wanted: list[tuple[str, Path]]) -> list[tuple[bool, str]]:
+    """(written?, line for the terminal) per file; one that fails does not stop the others."""
+    from pytest_nvlink.report.html import write_html_report
+    from pytest_nvlink.report.json_results import write_results_json
+
+    lines = []
+    for name, path in wanted:
+        writer = write_results_json if name == "json" else write_html_report
+        try:
+            writer(results, path)
+        except Exception as exc:  # a report that cannot be written must not hide the verdicts above it
+            lines.append((False, f"pytest-nvlink: could not write {WHAT[name]} {path}: {exc!r}"))
+        else:
+            lines.append((True, f"pytest-nvlink: {WHAT[name]} written to {path}"))
+    return lines
+
+
+def output_targets(setting: Callable[[str], Given | None]) -> list[tuple[str, Path]]:
+    """(format, file) for ``--nvlink-json`` and ``--nvlink-report``, checked before anything runs."""
+    from pytest_nvlink.snapshot import SnapshotError, check_writable
+
+    wanted = []
+    for name in WHAT:
+        given = setting(name)
+        if given is None:
+            continue
+        if not given.value:
+            raise ConfigError(f"{given.label}: empty; give a file name")
+        path = Path(given.value)
+        try:
+            check_writable(path)
+        except SnapshotError as exc:
+            raise ConfigError(f"{given.label}: {exc}") from None
+        wanted.append((name, path))
+    return wanted

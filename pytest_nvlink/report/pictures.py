@@ -1,0 +1,169 @@
+"""What the HTML report draws, as plain numbers: heatmap cells, colour scales, topology cells, sweeps.
+
+The SVG itself is written by the template from these values. A plotting library (matplotlib)
+would add tens of MB and a font cache to a plugin that runs on freshly delivered servers, for
+pictures that are grids of rectangles and a few polylines; written from the template they are
+text, searchable and inline in one file, and print sharply on A4.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pytest_nvlink.config import path_matches
+from pytest_nvlink.model import Node, nvlink_count_of_path
+from pytest_nvlink.run import Run
+
+# ColorBrewer YlGn (the scale nvloom's plot_heatmaps.py uses): low = yellow, high = dark green.
+YLGN: tuple[tuple[int, int, int], ...] = ((255, 255, 229), (217, 240, 163), (120, 198, 121), (35, 132, 67), (0, 69, 41))
+LATENCY_SCALE_FACTOR = 2.0  # the latency scale runs to twice the SKU's maximum, so the limit sits mid-scale
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A colour scale fixed by the SKU's threshold file, so two reports of one SKU compare by eye."""
+
+    low: float
+    high: float
+    limit: float | None  # the floor (bandwidth) or ceiling (latency) from the threshold file
+    higher_is_better: bool
+    basis: str  # where ``high`` comes from, printed under the picture
+
+    def colour(self, value: float) -> str:
+        share = 0.0 if self.high <= self.low else (value - self.low) / (self.high - self.low)
+        share = min(max(share, 0.0), 1.0)
+        return _ylgn(share if self.higher_is_better else 1.0 - share)
+
+    def position(self, value: float) -> float:
+        """0..1 along the legend bar."""
+        return 0.0 if self.high <= self.low else min(max((value - self.low) / (self.high - self.low), 0.0), 1.0)
+
+    def breaks_limit(self, value: float) -> bool:
+        if self.limit is None:
+            return False
+        return value < self.limit if self.higher_is_better else value > self.limit
+
+
+def _ylgn(share: float) -> str:
+    steps = len(YLGN) - 1
+    index = min(int(share * steps), steps - 1)
+    within = share * steps - index
+    low, high = YLGN[index], YLGN[index + 1]
+    r, g, b = (round(a + (c - a) * within) for a, c in zip(low, high, strict=True))
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def text_colour(fill: str) -> str:
+    r, g, b = (int(fill[i : i + 2], 16) for i in (1, 3, 5))
+    return "#000" if 0.299 * r + 0.587 * g + 0.114 * b > 140 else "#fff"
+
+
+def p2p_scale(run: Run, kind: str) -> Scale | None:
+    """0 .. line rate (active_links x link_speed_min_gbps per direction; twice that bidirectional)."""
+    thresholds = run.thresholds
+    if kind == "latency":
+        limit = thresholds.value("p2p.latency_max_us")
+        if limit is None:
+            return None
+        return Scale(0.0, float(limit) * LATENCY_SCALE_FACTOR, float(limit), False, "2 x p2p.latency_max_us")
+    links, speed = thresholds.value("nvlink.active_links"), thresholds.value("nvlink.link_speed_min_gbps")
+    floor = thresholds.value(f"p2p.{kind}_min_gbps")
+    if not links or not speed:
+        return None
+    directions = 2 if kind == "bidirectional" else 1
+    high = float(links) * float(speed) * directions
+    basis = f"{directions} x " if directions > 1 else ""
+    return Scale(0.0, high, None if floor is None else float(floor), True, basis + "active_links x link_speed_min_gbps")
+
+
+@dataclass(frozen=True)
+class Cell:
+    row: int
+    col: int
+    text: str
+    fill: str
+    ink: str
+    flagged: bool  # beyond the SKU's limit on a pair the suite expects on NVLink, or not measured
+    title: str
+
+
+UNIT = {"unidirectional": "GB/s", "bidirectional": "GB/s", "latency": "us"}
+
+
+def heatmap(run: Run, kind: str, scale: Scale) -> list[Cell]:
+    figures = {(m.src, m.dst): m for m in run.node.measurements.p2p if m.kind == kind}
+    cells = []
+    for (src, dst), m in sorted(figures.items()):
+        expects = run.suite.pair_expects_nvlink(src, dst)
+        if m.value is None:
+            title = f"GPU {src} -> GPU {dst}: not measured ({m.error or 'no figure'})"
+            cells.append(Cell(src, dst, "err", "#d62728", "#fff", True, title))
+            continue
+        fill = scale.colour(m.value)
+        flagged = expects and scale.breaks_limit(m.value)
+        title = f"GPU {src} -> GPU {dst}: {m.value:.1f} {UNIT[kind]}"
+        cells.append(Cell(src, dst, f"{m.value:.1f}{'!' if flagged else ''}", fill, text_colour(fill), flagged, title))
+    return cells
+
+
+def worst(run: Run, kind: str) -> str | None:
+    measured = [m for m in run.node.measurements.p2p if m.kind == kind and m.value is not None]
+    if not measured:
+        return None
+    pick = max if kind == "latency" else min
+    m = pick(measured, key=lambda m: m.value or 0.0)
+    return f"worst pair: GPU {m.src} -> GPU {m.dst} at {m.value:.1f} {UNIT[kind]}"
+
+
+# Path classes from best to worst, coloured as a traffic light (NV# green .. SYS red).
+PATH_FILL = {"NV": "#a1d99b", "PIX": "#fff7bc", "PXB": "#fee391", "PHB": "#fdae6b", "NODE": "#fd8d3c", "SYS": "#fb6a4a"}
+
+
+@dataclass(frozen=True)
+class TopoCell:
+    text: str
+    fill: str
+    mismatch: bool
+    title: str
+
+
+def topology_rows(run: Run) -> list[tuple[str, list[TopoCell]]]:
+    node, suite = run.node, run.suite
+    count = max(suite.gpu_count, len(node.gpus))
+    return [(f"GPU{a}", [_topo_cell(node, run, a, b) for b in range(count)]) for a in range(count)]
+
+
+def _topo_cell(node: Node, run: Run, a: int, b: int) -> TopoCell:
+    if a == b:
+        return TopoCell("X", "#eeeeee", False, f"GPU {a}")
+    actual = node.path(a, b)
+    if actual is None:
+        return TopoCell("?", "#ffffff", True, f"GPU {a} <-> GPU {b}: path unknown")
+    fill = PATH_FILL["NV"] if nvlink_count_of_path(actual) else PATH_FILL.get(actual, "#ffffff")
+    if a >= run.suite.gpu_count or b >= run.suite.gpu_count:
+        return TopoCell(actual, fill, True, f"GPU {a} <-> GPU {b}: {actual}, not in the suite")
+    expected = run.suite.expected_path(a, b)
+    if path_matches(expected, actual):
+        return TopoCell(actual, fill, False, f"GPU {a} <-> GPU {b}: {actual}")
+    return TopoCell(f"{actual}≠{expected}", fill, True, f"GPU {a} <-> GPU {b}: {actual}, suite expects {expected}")
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """busbw against message size for one collective measured at several sizes (log2 x axis)."""
+
+    op: str
+    points: list[tuple[float, float]]  # (size MiB, busbw GB/s)
+    floor: float | None
+
+
+def sweeps(run: Run) -> list[Sweep]:
+    by_op: dict[str, list[tuple[float, float]]] = {}
+    for m in run.node.measurements.collectives:
+        if m.busbw_gbps is not None and m.error is None:
+            by_op.setdefault(m.op, []).append((m.size_bytes / (1 << 20), m.busbw_gbps))
+    return [
+        Sweep(op, sorted(points), run.thresholds.value(f"collectives.{op}.busbw_min_gbps"))
+        for op, points in sorted(by_op.items())
+        if len(points) > 1
+    ]
