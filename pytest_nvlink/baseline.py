@@ -39,7 +39,9 @@ class Baseline:
 
     def label(self) -> str:
         """``hgx-h100-01 2026-11-20T10:02Z, driver 550.54.15``: which run the figures come from."""
-        when = (self.saved_utc or "time not recorded").replace(":00Z", "Z")
+        when = self.saved_utc or "time not recorded"
+        if len(when) == len("2026-11-20T10:02:00Z") and when.endswith("Z"):
+            when = when[:16] + "Z"  # minutes are enough to tell runs apart in a sentence
         return f"{self.node.host or 'unknown host'} {when}, driver {self.node.driver_version or 'unknown'}"
 
 
@@ -67,7 +69,7 @@ def attach_baseline(run: Run) -> None:
         node=node,
         file=path,
         saved_utc=node.environment.saved_utc if node.environment else (created if isinstance(created, str) else None),
-        schema_migrated=document.get("migrated_from") == 1,
+        schema_migrated=document.get("schema_version") == 1,
     )
     match_gpus(run.node, baseline)
     baseline.problem = _whole_problem(run, baseline)
@@ -78,9 +80,7 @@ def _baseline_file(given: Path, host: str | None, label: str) -> Path:
     if given.is_file():
         return given
     if not given.exists():
-        raise ConfigError(
-            f"{label}: {given}: no such file or folder (expected a snapshot or a --nvlink-save-dir folder)"
-        )
+        raise ConfigError(f"{label}: {given}: not found (expected a snapshot or a --nvlink-save-dir folder)")
     if not given.is_dir():
         raise ConfigError(f"{label}: {given} is not a regular file or folder")
     if host is None:

@@ -168,6 +168,8 @@ def _judge_figures(run: Run, baseline: Baseline, figures: list[Figure]) -> Verdi
     ]
     if problems:
         return failed("; ".join(p[1] for p in problems) + f"; {changes_text(run, baseline)}", props)
+    # An improvement passes, and is carried where the summary and the JUnit report show it.
+    props += [("baseline_improved", note) for note in notes]
     summary = "; ".join(notes) if notes else "within tolerance of the baseline"
     return passed(f"{summary} ({baseline.label()})", props)
 
@@ -254,9 +256,10 @@ def gpu_facts(run: Run, index: int) -> Verdict:
             _props(baseline, key, now, then),
         )
     note = f"; not recorded in the baseline, not compared: {', '.join(unrecorded)}" if unrecorded else ""
+    props = _props(baseline, "gpus", "same", "same")
     return passed(
         f"GPU {index}: {len(facts) - len(unrecorded)} fact(s) as in the baseline{note}",
-        _props(baseline, "gpus", "same", "same"),
+        props + ([("baseline_not_compared", ", ".join(unrecorded))] if unrecorded else []),
     )
 
 

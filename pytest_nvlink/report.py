@@ -214,7 +214,7 @@ def summary_lines(run: Run, stats: Mapping[str, Sequence[Any]], tally: AuditTall
         lines += ["", "recorded unknowns (not proven by this run):", *(f"  - {line}" for line in unknowns)]
     if run.node.source == "evidence":
         lines += ["", *evidence_coverage(run.node).splitlines()]
-    lines += baseline_summary_lines(run)
+    lines += baseline_summary_lines(run, stats)
     return [*lines, "", *audit_lines(stats, tally)]
 
 

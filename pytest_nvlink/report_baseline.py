@@ -5,9 +5,11 @@ Kept apart from ``report.py`` so that each of its renderers calls one function h
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pytest_nvlink.baseline import environment_changes
 
@@ -43,17 +45,34 @@ def baseline_header_lines(run: Run) -> list[str]:
     return lines
 
 
-def baseline_summary_lines(run: Run) -> list[str]:
+def baseline_summary_lines(run: Run, stats: Mapping[str, Sequence[Any]]) -> list[str]:
     baseline = run.baseline
     if baseline is None:
         return []
+    improved = _property_values(stats, "baseline_improved")
+    not_compared = Counter(_property_values(stats, "baseline_not_compared"))
     changes = environment_changes(run, baseline)  # now with NCCL/torch, which a campaign loads
     lines = ["", f"baseline: {baseline.file} ({baseline.label()})"]
     if baseline.problem:
         lines.append(f"  not comparable: {baseline.problem}")
     lines += [f"  {reason}" for _, reason in sorted(baseline.unmatched.items())]
     lines.append("  changed since the baseline: " + ("; ".join(changes) if changes else "nothing recorded"))
-    return lines
+    lines += [
+        f"  not recorded in the baseline, so not compared: {what} ({count} GPU(s))"
+        for what, count in sorted(not_compared.items())
+    ]
+    return lines + [f"  {line}" for line in improved]
+
+
+def _property_values(stats: Mapping[str, Sequence[Any]], wanted: str) -> list[str]:
+    return [
+        str(value)
+        for reports in stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "call"
+        for name, value in getattr(report, "user_properties", [])
+        if name == wanted
+    ]
 
 
 def baseline_suite_properties(run: Run) -> list[tuple[str, str]]:
