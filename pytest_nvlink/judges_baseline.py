@@ -244,7 +244,9 @@ def gpu_facts(run: Run, index: int) -> Verdict:
         return failed(f"{reason}; not compared", _props(baseline, f"gpus[{index}]", None, None))
     facts = _facts(run.node, baseline, index)
     changed = [
-        f"{name} {then} in the baseline, {now} now" for name, _, then, now in facts if then is not None and now != then
+        f"{name} {then} in the baseline, {'unknown' if now is None else now} now"
+        for name, _, then, now in facts
+        if then is not None and now != then
     ]
     unrecorded = [name for name, _, then, now in facts if then is None and now is not None]
     first = next(((key, then, now) for name, key, then, now in facts if then is not None and now != then), None)
