@@ -16,7 +16,7 @@ from pytest_nvlink.baseline import Baseline, changes_text
 from pytest_nvlink.judges_bandwidth import pick_collective
 from pytest_nvlink.model import CollectiveMeasurement, Gpu, Node, P2PMeasurement
 from pytest_nvlink.provider import worst_figure
-from pytest_nvlink.verdict import Verdict, failed, not_applicable, passed, waived
+from pytest_nvlink.verdict import Outcome, Verdict, failed, not_applicable, passed, waived
 
 if TYPE_CHECKING:
     from pytest_nvlink.run import Run
@@ -167,7 +167,11 @@ def _judge_figures(run: Run, baseline: Baseline, figures: list[Figure]) -> Verdi
         ("baseline_file", str(baseline.file)),
     ]
     if problems:
-        return failed("; ".join(p[1] for p in problems) + f"; {changes_text(run, baseline)}", props)
+        message = "; ".join(p[1] for p in problems) + f"; {changes_text(run, baseline)}"
+        if run.node.source == "evidence" and all(p[0].now is None for p in problems):
+            # Files that do not hold the figure are "no evidence" (a failure unless --nvlink-evidence-missing=skip).
+            return Verdict(Outcome.NO_EVIDENCE, f"no evidence for the comparison: {message}", props)
+        return failed(message, props)
     # An improvement passes, and is carried where the summary and the JUnit report show it.
     props += [("baseline_improved", note) for note in notes]
     summary = "; ".join(notes) if notes else "within tolerance of the baseline"
@@ -252,6 +256,14 @@ def gpu_facts(run: Run, index: int) -> Verdict:
     first = next(((key, then, now) for name, key, then, now in facts if then is not None and now != then), None)
     if first is not None:
         key, then, now = first
+        if run.node.source == "evidence" and all(
+            now is None for _, _, then, now in facts if then is not None and now != then
+        ):
+            return Verdict(
+                Outcome.NO_EVIDENCE,
+                f"no evidence for GPU {index}'s {', '.join(n for n, _, t, v in facts if t is not None and v is None)}",
+                _props(baseline, key, now, then),
+            )
         return failed(
             f"GPU {index}: changed since the baseline ({baseline.label()}): {'; '.join(changed)}; "
             f"{changes_text(run, baseline)}",

@@ -258,3 +258,26 @@ def test_baseline_tolerances_are_validated_and_waivable(pytester: pytest.Pyteste
     skipped = cases["test_baseline_p2p[gpu2-gpu6]"].find("skipped")
     assert skipped is not None
     assert "waived by site.toml:waive.baseline.p2p_drop_max_pct: bandwidth varies" in skipped.get("message", "")
+
+
+def test_evidence_without_a_figure_is_no_evidence_not_a_pass(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    def drop_2_6(document: Document) -> None:
+        measurements = document["node"]["measurements"]
+        measurements["p2p"] = [m for m in measurements["p2p"] if (m["src"], m["dst"]) != (2, 6)]
+
+    after = _copy(tmp_path, "after", drop_2_6)
+    common = (
+        "--nvlink-suite=h100-8gpu",
+        f"--nvlink-evidence={after}",
+        f"--nvlink-baseline={HEALTHY}",
+        "-p",
+        "no:cacheprovider",
+    )
+    result = pytester.runpytest(*common, "-k", "baseline_p2p and (gpu2-gpu6 or gpu2-gpu7)")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["no evidence for the comparison: GPU 2 -> GPU 6: unidirectional: not measured in this run*"]
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    skipped = pytester.runpytest(*common, "-k", "baseline_p2p and gpu2-gpu6", "--nvlink-evidence-missing=skip")
+    skipped.assert_outcomes(skipped=1)
