@@ -281,3 +281,22 @@ def test_evidence_without_a_figure_is_no_evidence_not_a_pass(pytester: pytest.Py
     result.assert_outcomes(passed=1, failed=1)
     skipped = pytester.runpytest(*common, "-k", "baseline_p2p and gpu2-gpu6", "--nvlink-evidence-missing=skip")
     skipped.assert_outcomes(skipped=1)
+
+
+def test_live_save_before_then_compare_after(
+    pytester: pytest.Pytester, install_fake_nvml: Callable[..., Any], tmp_path: Path
+) -> None:
+    install_fake_nvml("h100-8gpu-healthy")
+    runs = tmp_path / "runs"
+    before = pytester.runpytest(
+        "--nvlink-suite=h100-8gpu", f"--nvlink-save-dir={runs}", "-k", "topology or inventory", "-p", "no:cacheprovider"
+    )
+    assert before.ret == 0
+    (saved,) = runs.glob("*/*.json")
+    environment = json.loads(saved.read_text())["node"]["environment"]
+    assert environment["outcome"] == "passed" and environment["versions"]["kernel"]
+    after = pytester.runpytest(
+        "--nvlink-suite=h100-8gpu", f"--nvlink-baseline={runs}", "-k", "baseline_facts", "-p", "no:cacheprovider"
+    )
+    after.assert_outcomes(passed=8)
+    after.stdout.fnmatch_lines([f"nvlink baseline: {saved} (*"])
