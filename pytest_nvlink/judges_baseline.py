@@ -47,7 +47,8 @@ class Figure:
 def _baseline_or_problem(run: Run) -> Baseline | Verdict:
     baseline = run.baseline
     if baseline is None:  # the checks are not collected without --nvlink-baseline; a custom caller gets a failure
-        return failed("no baseline was given (--nvlink-baseline)", [("baseline_key", "file"), ("baseline_file", "")])
+        props = [("measured", "unknown"), ("expected", "a baseline"), ("unit", ""), ("baseline_key", "file")]
+        return failed("no baseline was given (--nvlink-baseline)", [*props, ("baseline_file", "none")])
     if baseline.problem is not None:
         return failed(f"cannot compare with the baseline: {baseline.problem}", _props(baseline, "node", None, None))
     return baseline
@@ -247,27 +248,21 @@ def gpu_facts(run: Run, index: int) -> Verdict:
         reason = lost or f"GPU {index} is missing from this run"
         return failed(f"{reason}; not compared", _props(baseline, f"gpus[{index}]", None, None))
     facts = _facts(run.node, baseline, index)
-    changed = [
-        f"{name} {then} in the baseline, {'unknown' if now is None else now} now"
-        for name, _, then, now in facts
-        if then is not None and now != then
-    ]
+    differing = [fact for fact in facts if fact[2] is not None and fact[3] != fact[2]]
     unrecorded = [name for name, _, then, now in facts if then is None and now is not None]
-    first = next(((key, then, now) for name, key, then, now in facts if then is not None and now != then), None)
-    if first is not None:
-        key, then, now = first
-        if run.node.source == "evidence" and all(
-            now is None for _, _, then, now in facts if then is not None and now != then
-        ):
-            return Verdict(
-                Outcome.NO_EVIDENCE,
-                f"no evidence for GPU {index}'s {', '.join(n for n, _, t, v in facts if t is not None and v is None)}",
-                _props(baseline, key, now, then),
-            )
+    if differing:
+        _, key, then, now = differing[0]
+        props = _props(baseline, key, now, then)
+        if run.node.source == "evidence" and all(now is None for *_, now in differing):
+            unknown_now = ", ".join(name for name, *_ in differing)
+            return Verdict(Outcome.NO_EVIDENCE, f"no evidence for GPU {index}'s {unknown_now}", props)
+        changed = "; ".join(
+            f"{name} {then} in the baseline, {'unknown' if now is None else now} now"
+            for name, _, then, now in differing
+        )
         return failed(
-            f"GPU {index}: changed since the baseline ({baseline.label()}): {'; '.join(changed)}; "
-            f"{changes_text(run, baseline)}",
-            _props(baseline, key, now, then),
+            f"GPU {index}: changed since the baseline ({baseline.label()}): {changed}; {changes_text(run, baseline)}",
+            props,
         )
     note = f"; not recorded in the baseline, not compared: {', '.join(unrecorded)}" if unrecorded else ""
     props = _props(baseline, "gpus", "same", "same")
