@@ -101,12 +101,11 @@ def test_a_slower_pair_a_link_down_and_a_new_driver_fail_exactly_those_items(
     cases, result, root = _run(pytester, after, f"--nvlink-baseline={HEALTHY}")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert _baseline_failures(cases) == {"test_baseline_p2p[gpu2-gpu6]", "test_baseline_facts[gpu3]"}
-    assert _message(cases, "test_baseline_p2p[gpu2-gpu6]").startswith(
+    # The README quotes this sentence.
+    assert _message(cases, "test_baseline_p2p[gpu2-gpu6]") == (
         "GPU 2 -> GPU 6: unidirectional 333.0 GB/s, 10.0 % below baseline 370.0 GB/s (hgx-h100-01 "
-    )
-    assert (
-        "driver 550.54.15); limit 5 % (nvswitch-common.toml:baseline.p2p_drop_max_pct); changed since: "
-        "driver 550.54.15 → 560.35.03" in _message(cases, "test_baseline_p2p[gpu2-gpu6]")
+        "2026-11-20T10:02Z, driver 550.54.15); limit 5 % (nvswitch-common.toml:baseline.p2p_drop_max_pct); "
+        "changed since: driver 550.54.15 → 560.35.03"
     )
     assert "active NVLinks 18 in the baseline, 17 now" in _message(cases, "test_baseline_facts[gpu3]")
     result.stdout.fnmatch_lines(["nvlink changed since the baseline: driver 550.54.15 → 560.35.03"])
