@@ -109,3 +109,24 @@ def test_a_tolerance_is_a_finite_percentage() -> None:
     assert check(float("nan")) == "nan is not a finite number"
     assert check(-1) == "-1 must be at least 0"
     assert check(101) == "101 must be at most 100"
+
+
+def test_a_live_run_records_the_suites_conditions_as_the_demo_snapshots_do() -> None:
+    from pytest_nvlink.environment import stamp_conditions
+    from pytest_nvlink.snapshot import load_snapshot
+
+    recorded = load_snapshot(HEALTHY)
+    live = load_snapshot(HEALTHY)
+    live.source = "live"
+    for m in [*live.measurements.p2p, *live.measurements.collectives]:
+        m.conditions = None
+    run = build_run(RunOptions(suite="h100-8gpu"), lambda: live)
+    stamp_conditions(run)
+    assert [m.conditions for m in live.measurements.p2p] == [m.conditions for m in recorded.measurements.p2p]
+    assert [m.conditions for m in live.measurements.collectives] == [
+        m.conditions for m in recorded.measurements.collectives
+    ]
+    replayed = _run()
+    replayed.node.measurements.p2p[0].conditions = None
+    stamp_conditions(replayed)  # a replay keeps what its file recorded, nothing is invented
+    assert replayed.node.measurements.p2p[0].conditions is None
