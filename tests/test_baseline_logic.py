@@ -118,8 +118,10 @@ def test_a_live_run_records_the_suites_conditions_as_the_demo_snapshots_do() -> 
     recorded = load_snapshot(HEALTHY)
     live = load_snapshot(HEALTHY)
     live.source = "live"
-    for m in [*live.measurements.p2p, *live.measurements.collectives]:
-        m.conditions = None
+    for p2p in live.measurements.p2p:
+        p2p.conditions = None
+    for collective in live.measurements.collectives:
+        collective.conditions = None
     run = build_run(RunOptions(suite="h100-8gpu"), lambda: live)
     stamp_conditions(run)
     assert [m.conditions for m in live.measurements.p2p] == [m.conditions for m in recorded.measurements.p2p]
