@@ -137,6 +137,15 @@ for _op in COLLECTIVE_OPS:
     THRESHOLD_SCHEMA[f"collectives.{_op}.size_mib"] = _int_range(1, 1 << 20)
     THRESHOLD_SCHEMA[f"collectives.{_op}.busbw_min_gbps"] = _GBPS
     THRESHOLD_SCHEMA[f"collectives.{_op}.assumes_nvls"] = _boolean
+# How much worse than the node's own last known good run (--nvlink-baseline) a figure may get, in %.
+BASELINE_TOLERANCE_KEYS: tuple[str, ...] = (
+    "baseline.p2p_drop_max_pct",
+    "baseline.latency_rise_max_pct",
+    "baseline.collective_drop_max_pct",
+)
+THRESHOLD_SCHEMA["baseline.p2p_drop_max_pct"] = _number(0, 100, low_allowed=True)
+THRESHOLD_SCHEMA["baseline.latency_rise_max_pct"] = _number(0, 1_000, low_allowed=True)
+THRESHOLD_SCHEMA["baseline.collective_drop_max_pct"] = _number(0, 100, low_allowed=True)
 
 # Keys of earlier versions: a site file still using one stops the run and says what replaced it.
 RENAMED_KEYS: dict[str, str] = {

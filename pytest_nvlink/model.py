@@ -160,6 +160,9 @@ class P2PMeasurement:
     # Bidirectional figures only: True when the figure adds both directions (p2pBandwidthLatencyTest,
     # the live engine), False when it is per direction (nvbandwidth >= 0.6); None when unknown.
     bidirectional_sum: bool | None = None
+    # How it was measured (size_mib, iterations, warmup, pair_mode, ...); None: not recorded (schema 1,
+    # evidence). A baseline comparison needs equal conditions per figure.
+    conditions: dict[str, str] | None = None
 
 
 @dataclass
@@ -179,6 +182,7 @@ class CollectiveMeasurement:
     source: str | None = None
     # NVML index of the GPU each rank ran on, in rank order, where the source says so (None: it does not).
     rank_gpus: list[int] | None = None
+    conditions: dict[str, str] | None = None  # as P2PMeasurement.conditions (iterations, warmup, backend, ...)
 
 
 @dataclass
@@ -227,6 +231,19 @@ class GpuList:
 
 
 @dataclass
+class Environment:
+    """What a run was made with, so that a later run can be compared with it (snapshot schema 2)."""
+
+    # "nccl", "torch", "cuda_runtime", "fabric_manager", "kernel", "plugin": where the source could tell.
+    versions: dict[str, str] = field(default_factory=dict)
+    suite: str | None = None
+    suite_file: str | None = None
+    thresholds: list[str] = field(default_factory=list)
+    outcome: str | None = None  # "passed" | "failed": how the run that saved it ended
+    saved_utc: str | None = None
+
+
+@dataclass
 class Node:
     """Everything known about one server, whichever source it came from."""
 
@@ -253,6 +270,8 @@ class Node:
     evidence_notes: dict[str, list[str]] = field(default_factory=dict)
     measurements: Measurements = field(default_factory=Measurements)
     error_window_s: float | None = None
+    # None: the source recorded no environment (schema-1 snapshots, evidence).
+    environment: Environment | None = None
 
     def gpu(self, index: int) -> Gpu | None:
         return next((gpu for gpu in self.gpus if gpu.index == index), None)

@@ -43,6 +43,8 @@ _OPTIONS: tuple[tuple[str, str], ...] = (
     ("backend", "collective backend: 'nccl' (GPUs) or 'gloo' (CPU harness check)"),
     ("json", "write the results (every verdict, the node, the measurements) as versioned JSON to this file"),
     ("report", "write a self-contained HTML report (verdict, failures, topology, heatmaps) to this file"),
+    ("baseline", "compare with the node's last known good run: a snapshot, or a --nvlink-save-dir folder"),
+    ("save-dir", "also save each run as DIR/<host>/<UTC timestamp>.json (a baseline folder)"),
 )
 
 
@@ -174,7 +176,7 @@ def _worker_source(config: pytest.Config, options: RunOptions) -> tuple[RunOptio
         raise ConfigError(str(exc)) from None
     config.stash[HANDED_OVER_KEY] = True
     # The controller read the source and saves the snapshot; a worker only judges.
-    return dataclasses.replace(options, replay=None, evidence=[], save=None), lambda: node
+    return dataclasses.replace(options, replay=None, evidence=[], save=None, save_dir=None), lambda: node
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -255,9 +257,10 @@ class _ShapeFilter:
             return result
         # A one-GPU suite has no pairs and an empty collective list has no collectives: those checks do not
         # exist for this suite (the header says so), rather than appearing as skips or errors.
+        from pytest_nvlink.report.baseline import baseline_not_collected
         from pytest_nvlink.run import not_collected
 
-        absent = not_collected(run.suite)
+        absent = not_collected(run.suite) | baseline_not_collected(run)
         return [item for item in result if not _belongs_to(item, absent)]
 
 
@@ -566,8 +569,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.config.get_terminal_writer().line(f"pytest-nvlink: {reason}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     _refuse_empty_audit(session)
-    if run.options.save is not None:
-        _save(session, run.node, run.options.save)
+    targets = [run.options.save] if run.options.save is not None else []
+    if run.options.save_dir is not None:
+        from pytest_nvlink.report.baseline import saved_run_path
+
+        targets.append(saved_run_path(run.options.save_dir, run.node.host))
+    if targets:
+        from pytest_nvlink.environment import stamp_environment
+
+        # The outcome is recorded so that a --nvlink-baseline folder offers only runs that passed.
+        node = stamp_environment(run, passed=session.exitstatus == pytest.ExitCode.OK)
+        for path in targets:
+            _save(session, node, path)
     _write_outputs(session, run)
 
 
@@ -587,10 +600,15 @@ def _refuse_empty_audit(session: pytest.Session) -> None:
 def _save(session: pytest.Session, node: Node, path: Path) -> None:
     from pytest_nvlink.snapshot import save_snapshot
 
+    earlier = session.config.stash.get(SAVED_KEY, None)
     try:
         save_snapshot(node, path)
     except OSError as exc:
-        session.config.stash[SAVED_KEY] = (False, f"pytest-nvlink: could not save snapshot {path}: {exc}")
+        line = (False, f"pytest-nvlink: could not save snapshot {path}: {exc}")
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
     else:
-        session.config.stash[SAVED_KEY] = (True, f"pytest-nvlink: snapshot saved to {path}")
+        line = (True, f"pytest-nvlink: snapshot saved to {path}")
+    # With --nvlink-save and --nvlink-save-dir both lines are shown; a failure keeps the line red.
+    if earlier is not None:
+        line = (earlier[0] and line[0], f"{earlier[1]}\n{line[1]}")
+    session.config.stash[SAVED_KEY] = line

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_nvlink.config import (
     ConfigError,
@@ -24,6 +25,9 @@ from pytest_nvlink.judges import Context
 from pytest_nvlink.model import Node
 from pytest_nvlink.required_keys import check_required_keys
 
+if TYPE_CHECKING:
+    from pytest_nvlink.baseline import Baseline
+
 AUTO = "auto"
 
 
@@ -38,6 +42,8 @@ class RunOptions:
     evidence_exclude: list[str] = field(default_factory=list)  # globs left out of evidence folders
     pair_mode: str | None = None  # overrides the suite's measure.pair_mode
     backend: str | None = None  # "nccl" | "gloo"; None picks from the hardware
+    baseline: Path | None = None  # a snapshot, or a folder of saved runs (--nvlink-save-dir layout)
+    save_dir: Path | None = None  # also save the run as <dir>/<host>/<UTC timestamp>.json
     # Where each setting came from, for messages: "--nvlink-replay" or "pytest.ini:nvlink_replay".
     labels: dict[str, str] = field(default_factory=dict)
 
@@ -63,6 +69,8 @@ _EXPECTED_VALUE = {
     "evidence-missing": "fail or skip",
     "pair-mode": "serial or concurrent",
     "backend": "nccl or gloo",
+    "baseline": "a snapshot .json or a folder of saved runs",
+    "save-dir": "a folder to save each run in",
 }
 
 
@@ -106,6 +114,8 @@ def read_options(
         evidence_exclude=list(evidence_exclude or []),
         pair_mode=text("pair-mode"),
         backend=text("backend"),
+        baseline=path("baseline"),
+        save_dir=path("save-dir"),
         labels=labels,
     )
 
@@ -119,6 +129,7 @@ class Run:
     auto_note: str | None = None
     # Set when --nvlink-suite=auto found no suite for the node: the inventory gate fails with it.
     auto_mismatch: str | None = None
+    baseline: Baseline | None = None  # set from --nvlink-baseline by pytest_nvlink.baseline.attach_baseline
 
     @property
     def context(self) -> Context:
@@ -151,7 +162,12 @@ def build_run(options: RunOptions, live_probe: Callable[[], Node]) -> Run:
         suite.measure.pair_mode = options.pair_mode
     thresholds = load_thresholds(_threshold_ref(suite), options.thresholds_file)
     check_required_keys(suite, thresholds)
-    return Run(options, node, suite, thresholds, note, mismatch)
+    run = Run(options, node, suite, thresholds, note, mismatch)
+    if options.baseline is not None:
+        from pytest_nvlink.baseline import attach_baseline
+
+        attach_baseline(run)
+    return run
 
 
 def not_collected(suite: Suite) -> dict[str, str]:
@@ -203,6 +219,8 @@ def _check_paths(options: RunOptions) -> None:
     for path in options.evidence:
         if path.exists() and not (path.is_file() or path.is_dir()):
             raise ConfigError(f"{options.label('evidence')}: {path} is not a regular file or folder (a device or pipe)")
+    if options.save_dir is not None and options.save_dir.exists() and not options.save_dir.is_dir():
+        raise ConfigError(f"{options.label('save-dir')}: {options.save_dir} is not a folder")
     if options.save is not None:
         from pytest_nvlink.snapshot import SnapshotError, check_writable
 

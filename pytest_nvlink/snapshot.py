@@ -22,7 +22,10 @@ from pytest_nvlink.model import Node
 from pytest_nvlink.textfile import MIB, UnreadableText, parse_problem, read_text_file
 from pytest_nvlink.values import value_problems
 
-SCHEMA_VERSION = 1
+# Schema 2 adds the run's environment (versions, suite, thresholds, outcome) and the conditions of
+# every measurement; schema-1 files are migrated on read (a handover snapshot must stay replayable).
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS: tuple[int, ...] = (1, 2)
 SNAPSHOT_KIND = "pytest-nvlink-snapshot"
 # An 8-GPU snapshot with every measurement is ~200 KiB; a 72-GPU one stays well below this.
 SNAPSHOT_MAX_BYTES = 64 * MIB
@@ -98,6 +101,11 @@ def save_snapshot(node: Node, path: Path) -> None:
 
 def load_snapshot(path: Path) -> Node:
     """Read a snapshot file; the node's ``source`` becomes ``"replay"``."""
+    return load_snapshot_document(path)[0]
+
+
+def load_snapshot_document(path: Path) -> tuple[Node, dict[str, Any]]:
+    """The node (``source`` ``"replay"``) and the document's top-level fields (``created_utc``, ...)."""
     try:
         text = read_text_file(path, SNAPSHOT_MAX_BYTES)
     except FileNotFoundError:
@@ -114,17 +122,19 @@ def load_snapshot(path: Path) -> Node:
         raise SnapshotError(f"{path}: not a readable JSON snapshot ({parse_problem(exc, text)})") from None
     node = node_from_document(document, str(path))
     node.source = "replay"
-    return node
+    return node, {key: value for key, value in document.items() if key != "node"}
 
 
 def node_from_document(document: object, origin: str) -> Node:
     if not isinstance(document, dict) or document.get("kind") != SNAPSHOT_KIND:
         raise SnapshotError(f"{origin}: not a pytest-nvlink snapshot (missing kind={SNAPSHOT_KIND!r})")
     version = document.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_SCHEMAS or isinstance(version, bool):
+        shown = ", ".join(str(v) for v in READABLE_SCHEMAS)
         raise SnapshotError(
-            f"{origin}:schema_version: version {version!r} is not supported (this plugin reads {SCHEMA_VERSION})"
+            f"{origin}:schema_version: version {version!r} is not supported (this plugin reads {shown})"
         )
+    document = migrate_document(document)
     node = from_json(Node, document.get("node"), f"{origin}:node")
     _check_unique_entries(node, f"{origin}:node")
     problems = value_problems(node, "node")
@@ -133,6 +143,14 @@ def node_from_document(document: object, origin: str) -> Node:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise SnapshotError(f"{origin}:{path}: {problem}{more}")
     return node
+
+
+def migrate_document(document: dict[str, Any]) -> dict[str, Any]:
+    """The document in the current schema. Schema 1 lacks only optional fields (environment, conditions),
+    which read as "not recorded"; nothing is invented for them."""
+    if document.get("schema_version") == 1:
+        return {**document, "schema_version": SCHEMA_VERSION, "migrated_from": 1}
+    return document
 
 
 def _check_unique_entries(node: Node, where: str) -> None:

@@ -33,7 +33,11 @@ class Verdict:
 
 # What every failing JUnit test case carries: the figures, and where the expectation comes from.
 REQUIRED_ON_FAILURE: tuple[str, ...] = ("measured", "expected", "unit")
-EXPECTATION_KEYS: tuple[tuple[str, str], ...] = (("threshold_key", "threshold_file"), ("suite_key", "suite_file"))
+EXPECTATION_KEYS: tuple[tuple[str, str], ...] = (
+    ("threshold_key", "threshold_file"),
+    ("suite_key", "suite_file"),
+    ("baseline_key", "baseline_file"),  # a fact that must equal the node's own earlier run (--nvlink-baseline)
+)
 
 
 def measured_properties(

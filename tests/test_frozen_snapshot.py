@@ -20,7 +20,7 @@ import pytest
 from conftest import DATA
 
 from pytest_nvlink import model
-from pytest_nvlink.snapshot import SCHEMA_VERSION, load_snapshot
+from pytest_nvlink.snapshot import READABLE_SCHEMAS, SCHEMA_VERSION, load_snapshot
 
 FROZEN = DATA / "frozen" / "h100-8gpu-degraded-schema1.json"
 FROZEN_SHA256 = "7841b0d542ef2acd4ca68d7a000078c9c2219d91721d1f4d48d4c2c72ce42511"
@@ -66,15 +66,19 @@ def _missing_fields(cls: type, data: object, where: str, found: list[tuple[str, 
 
 def test_fields_added_since_read_with_their_defaults() -> None:
     """Documents which model fields the frozen file predates; each must be optional and read as its default."""
-    if SCHEMA_VERSION != 1:
-        pytest.fail(f"schema {SCHEMA_VERSION}: decide whether schema 1 is still read, then update this test")
+    # Schema 2 (environment and measurement conditions) still reads schema 1, migrating it on read.
+    assert 1 in READABLE_SCHEMAS, f"schema {SCHEMA_VERSION} no longer reads schema 1: decide, then update this test"
     missing: list[tuple[str, str, object]] = []
     _missing_fields(model.Node, _document()["node"], "node", missing)
     node = load_snapshot(FROZEN)
     assert ("node.measurements.collectives[0]", "rank_gpus", None) in missing
+    assert ("node", "environment", None) in missing  # schema 2: read as "not recorded", nothing invented
+    assert ("node.measurements.p2p[0]", "conditions", None) in missing
     for where, name, default in missing:
         assert default is not dataclasses.MISSING, f"{where}.{name} was added as a required field"
     assert node.measurements.collectives[0].rank_gpus is None
+    assert node.environment is None
+    assert node.measurements.p2p[0].conditions is None
 
 
 def test_frozen_snapshot_gives_the_verdicts_it_always_gave(pytester: pytest.Pytester) -> None:

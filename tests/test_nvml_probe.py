@@ -83,10 +83,12 @@ def test_probe_reproduces_the_snapshot(name: str, tmp_path: Path) -> None:
     assert node.paths == expected.paths
     assert node.p2p == expected.p2p
     assert node.unknown_reasons == expected.unknown_reasons
-    # A probe measures nothing; the snapshot's measurements come from the measurement session.
-    assert (
-        dataclasses.replace(node, source="replay", host=expected.host, measurements=expected.measurements) == expected
+    # A probe measures nothing; the snapshot's measurements come from the measurement session, and its
+    # environment (versions, suite, outcome: snapshot schema 2) is recorded when the run saves.
+    probed = dataclasses.replace(
+        node, source="replay", host=expected.host, measurements=expected.measurements, environment=expected.environment
     )
+    assert probed == expected
     assert node.measurements.p2p == []
 
 

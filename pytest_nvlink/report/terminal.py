@@ -17,6 +17,7 @@ from pytest_nvlink.audit import AuditTally, no_verdict_line
 from pytest_nvlink.config import path_matches
 from pytest_nvlink.judges_bandwidth import pick_collective
 from pytest_nvlink.model import Node
+from pytest_nvlink.report.baseline import baseline_header_lines, baseline_suite_properties, baseline_summary_lines
 from pytest_nvlink.report.record import ItemLog, ItemResult, source_text
 from pytest_nvlink.run import Run
 from pytest_nvlink.unknowns import recorded_unknowns
@@ -46,6 +47,7 @@ def header_lines(run: Run) -> list[str]:
         from pytest_nvlink.audit import evidence_header_line
 
         lines.append(f"nvlink {evidence_header_line(node)}")
+    lines += baseline_header_lines(run)
     return lines
 
 
@@ -63,7 +65,7 @@ def suite_properties(run: Run) -> list[tuple[str, str]]:
     ]
     for gpu in node.gpus:
         props.append((f"gpu{gpu.index}", f"{gpu.name} uuid={gpu.uuid} serial={gpu.serial} pci={gpu.pci_bus_id}"))
-    return props
+    return props + baseline_suite_properties(run)
 
 
 def topology_matrix(run: Run) -> str:
@@ -194,6 +196,7 @@ def summary_lines(run: Run, stats: Mapping[str, Sequence[Any]], tally: AuditTall
         lines += ["", "recorded unknowns (not proven by this run):", *(f"  - {line}" for line in unknowns)]
     if run.node.source == "evidence":
         lines += ["", *evidence_coverage(run.node).splitlines()]
+    lines += baseline_summary_lines(run, stats)
     return [*lines, "", *audit_lines(stats, tally)]
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pytest_nvlink.model import (
     CollectiveMeasurement,
+    Environment,
     FabricInfo,
     Gpu,
     Measurements,
@@ -291,12 +292,30 @@ def _watched_campaign(node: Node) -> None:
         links[7].errors_run = {**ZERO_ERRORS, "replay": 3, "crc_flit": 12}
 
 
+def with_run_record(node: Node) -> Node:
+    """What a live run of the h100-8gpu suite records since snapshot schema 2: conditions and environment."""
+    p2p = {"size_mib": "256", "iterations": "20", "warmup": "3", "pair_mode": "serial"}
+    for m in node.measurements.p2p:
+        m.conditions = {"iterations": "200", "pair_mode": "serial"} if m.kind == "latency" else dict(p2p)
+    for c in node.measurements.collectives:
+        c.conditions = {"iterations": "20", "warmup": "5", "backend": c.backend or "nccl"}
+    node.environment = Environment(
+        versions={"nccl": "2.21.5", "torch": "2.13.0", "cuda_runtime": "12.4", "kernel": "5.15.0-105-generic"},
+        suite="h100-8gpu",
+        suite_file="suites/h100-8gpu.toml",
+        thresholds=["thresholds/nvswitch-common.toml", "thresholds/h100-sxm.toml"],
+        outcome=None,  # demo nodes are built, not saved by a run: never picked from a baseline folder
+        saved_utc="2026-11-20T10:02:00Z",
+    )
+    return node
+
+
 def _measured(build: Callable[[], Node], measure: Callable[[], Measurements]) -> Callable[[], Node]:
     def both() -> Node:
         node = build()
         node.measurements = measure()
         _watched_campaign(node)
-        return node
+        return with_run_record(node)
 
     both.__doc__ = build.__doc__
     return both

@@ -1,0 +1,47 @@
+"""Comparison with the node's own last known good run (collected only with --nvlink-baseline)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from pytest_nvlink import judges_baseline
+from pytest_nvlink.environment import stamp_conditions
+from pytest_nvlink.model import P2PMeasurement
+from pytest_nvlink.provider import MeasurementProvider
+from pytest_nvlink.run import Run
+from pytest_nvlink.verdict import Verdict
+
+pytestmark = pytest.mark.nvlink("baseline")
+
+
+def test_baseline_p2p(
+    nvlink_run: Run,
+    nvlink_measurements: MeasurementProvider,
+    nvlink_ordered_pair: tuple[int, int],
+    nvlink_judge: Callable[[Verdict], None],
+) -> None:
+    src, dst = nvlink_ordered_pair
+    figures: dict[str, P2PMeasurement | None] = {}
+    # Pairs the suite expects on PCIe are not measured (the verdict says so), nor are pairs with a lost GPU.
+    usable = nvlink_run.context.first_unusable(src, dst) is None and nvlink_run.suite.pair_expects_nvlink(src, dst)
+    if usable:
+        figures = {kind: nvlink_measurements.p2p(src, dst, kind) for kind in judges_baseline.P2P_KINDS}
+        stamp_conditions(nvlink_run)
+    nvlink_judge(judges_baseline.p2p_pair(nvlink_run, src, dst, figures))
+
+
+def test_baseline_collective(
+    nvlink_run: Run,
+    nvlink_measurements: MeasurementProvider,
+    nvlink_collective: str,
+    nvlink_judge: Callable[[Verdict], None],
+) -> None:
+    results = nvlink_measurements.collectives()
+    stamp_conditions(nvlink_run)
+    nvlink_judge(judges_baseline.collective(nvlink_run, nvlink_collective, results))
+
+
+def test_baseline_facts(nvlink_run: Run, nvlink_gpu_index: int, nvlink_judge: Callable[[Verdict], None]) -> None:
+    nvlink_judge(judges_baseline.gpu_facts(nvlink_run, nvlink_gpu_index))
