@@ -308,12 +308,15 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
     if audit.p2p_disabled_warnings:
         return failed(f"NCCL reports P2P disabled: {audit.p2p_disabled_warnings[0]}{_env_note(audit)}", props)
     if bad:
+        first = bad[0]
+        key = ctx.suite_where(ctx.path_key(first.src_dev, first.dst_dev))
         pairs = sorted(
             {f"rank {c.src_rank}[GPU {c.src_dev}] -> rank {c.dst_rank}[GPU {c.dst_dev}] via {c.detail}" for c in bad}
         )
         return failed(
             f"NCCL used {bad[0].transport} instead of NVLink P2P on {len(bad)} channel(s): "
-            f"{'; '.join(pairs[:4])}{' …' if len(pairs) > 4 else ''}{_env_note(audit)}",
+            f"{'; '.join(pairs[:4])}{' …' if len(pairs) > 4 else ''}{_env_note(audit)}; expected P2P or NVLS "
+            f"between GPUs the suite expects on NVLink ({key}); likely cause: {_transport_cause(first.transport)}",
             props,
         )
     if not audit.channels:
@@ -375,6 +378,19 @@ def channel_gpu(channel_dev: int) -> int:
     ``cudaDev 0 nvmlDev 2`` and its channels ``1[2] -> 0[0]``).
     """
     return channel_dev
+
+
+def _transport_cause(transport: str) -> str:
+    if transport == "NET":
+        return (
+            "NCCL saw the ranks as different hosts (containers or pods without a shared host id, NCCL_HOSTID) "
+            "or had P2P and SHM disabled, so it went through the network stack — check NCCL_P2P_DISABLE and "
+            "NCCL_SHM_DISABLE"
+        )
+    return (
+        "NCCL could not use P2P between these GPUs (a VM or container without NVLink P2P, P2P disabled by a "
+        "registry key, NCCL_P2P_DISABLE or NCCL_P2P_LEVEL), so it staged through host memory — see test_p2p_status"
+    )
 
 
 def _env_note(audit: NcclAudit) -> str:

@@ -1,0 +1,120 @@
+"""Bad inputs and misleading lines found by a user-style review of the fail-closed rules.
+
+Each case runs the whole plugin and asserts the item's outcome and message.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+from conftest import sample
+
+NCCL_TESTS = "nccl-tests/a100-sxm4-40gb-8gpu-oci-bm-gpu4-allreduce.txt"
+
+
+def _cases(pytester: pytest.Pytester, *args: str) -> dict[str, tuple[str, str, dict[str, str]]]:
+    """Run the plugin; per test case: outcome, message and JUnit properties."""
+    xml_path = pytester.path / "junit.xml"
+    pytester.runpytest(*args, f"--junitxml={xml_path}", "-p", "no:cacheprovider")
+    cases = {}
+    for case in ET.parse(xml_path).getroot().iter("testcase"):
+        outcome, message = "passed", ""
+        for tag in ("failure", "error", "skipped"):
+            element = case.find(tag)
+            if element is not None:
+                outcome, message = tag, element.get("message", "")
+        props = {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
+        cases[case.get("name", "")] = (outcome, message, props)
+    return cases
+
+
+def _one_process_per_rank(text: str, *, shared_bus: bool = False) -> str:
+    """The 8-GPU run as `mpirun -np 8 all_reduce_perf -g 1` under Slurm --gpus-per-task=1: every rank sees device 0."""
+    text = text.replace("nGpus 8", "nGpus 1")
+
+    def rank_line(match: re.Match[str]) -> str:
+        rank = int(match.group(1))
+        bus = "[0x0f]" if shared_bus and rank < 2 else match.group(3)
+        return f"#  Rank  {rank} Group  0 Pid    9{rank:02d} on {match.group(2)} device  0 {bus}"
+
+    return re.sub(r"#  Rank  (\d) Group  0 Pid    944 on (\S+) device  \d (\[0x[0-9a-f]+\])", rank_line, text)
+
+
+def test_ranks_numbered_per_process_are_judged_on_their_count(pytester: pytest.Pytester) -> None:
+    """Eight processes on eight distinct bus ids all print `device 0`: per-process CUDA numbering, not one GPU."""
+    evidence = pytester.path / "slurm-allreduce.txt"
+    evidence.write_text(_one_process_per_rank(sample(NCCL_TESTS)), encoding="utf-8")
+    args = ("--nvlink-suite=a100-8gpu", f"--nvlink-evidence={evidence}", "--nvlink-evidence-missing=skip")
+    outcome, message, props = _cases(pytester, *args, "-k", "busbw and all_reduce")["test_collective_busbw[all_reduce]"]
+    assert (outcome, props["world_size"], props["rank_gpus"]) == ("passed", "8", "unknown"), message
+
+
+def test_two_ranks_on_one_bus_id_still_fail_coverage(pytester: pytest.Pytester) -> None:
+    evidence = pytester.path / "doubled-allreduce.txt"
+    evidence.write_text(_one_process_per_rank(sample(NCCL_TESTS), shared_bus=True), encoding="utf-8")
+    args = ("--nvlink-suite=a100-8gpu", f"--nvlink-evidence={evidence}", "--nvlink-evidence-missing=skip")
+    outcome, message, _ = _cases(pytester, *args, "-k", "busbw and all_reduce")["test_collective_busbw[all_reduce]"]
+    assert outcome == "failure"
+    assert "GPU(s) 1, 2, 3, 4, 5, 6, 7 not covered; GPU(s) 0 ran more than one rank" in message
+
+
+def test_a_site_file_cannot_declare_no_nvlink_under_an_nvlink_suite(pytester: pytest.Pytester) -> None:
+    """active_links = 0 under NV18 pairs turned every per-link check into "does not apply" without a reason."""
+    site = pytester.path / "site.toml"
+    site.write_text(
+        '[nvlink]\nactive_links = 0\n[waive]\n"nvlink.link_speed_min_gbps" = "x"\n"nvlink.version" = "x"\n',
+        encoding="utf-8",
+    )
+    result = pytester.runpytest(
+        "--nvlink-suite=h100-8gpu", "--nvlink-replay=h100-8gpu-vm-pcie", f"--nvlink-thresholds={site}"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: *site.toml:nvlink.active_links: 0 says the SKU has no NVLink, but suite *h100-8gpu.toml expects NV#*"]
+    )
+
+
+def test_no_nvlink_in_a_site_file_is_blamed_on_the_site_file(pytester: pytest.Pytester) -> None:
+    site = pytester.path / "site.toml"
+    site.write_text("[nvlink]\nactive_links = 0\n", encoding="utf-8")
+    result = pytester.runpytest(
+        "--nvlink-suite=h100-8gpu", "--nvlink-replay=h100-8gpu-healthy", f"--nvlink-thresholds={site}"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: *h100-sxm.toml:nvlink.link_speed_min_gbps: set for a SKU *site.toml:nvlink.active_links = 0*"]
+    )
+
+
+def _nccl_log(bad_channel: str) -> str:
+    prefix = "node:100:200 [{r}] NCCL INFO "
+    lines = [
+        prefix.format(r=r)
+        + f"ncclCommInitRank comm 0x1 rank {r} nranks 8 cudaDev {r} nvmlDev {r} busId {r}000 - Init START"
+        for r in range(8)
+    ]
+    for channel in range(2):
+        for r in range(8):
+            via = bad_channel if (channel, r) == (1, 5) else "P2P/CUMEM"
+            lines.append(
+                prefix.format(r=r) + f"Channel {channel:02d}/0 : {r}[{r}] -> {(r + 1) % 8}[{(r + 1) % 8}] via {via}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("via", "cause"), [("SHM/direct/direct", "staged through host memory"), ("NET/Socket/0", "network stack")]
+)
+def test_one_slow_hop_in_an_eight_rank_log_fails_with_expectation_and_cause(
+    pytester: pytest.Pytester, via: str, cause: str
+) -> None:
+    log = pytester.path / "nccl.log"
+    log.write_text(_nccl_log(via), encoding="utf-8")
+    args = ("--nvlink-suite=h100-8gpu", f"--nvlink-evidence={log}", "--nvlink-evidence-missing=skip", "-k", "transport")
+    outcome, message, props = _cases(pytester, *args)["test_nccl_transport"]
+    assert outcome == "failure"
+    assert f"on 1 channel(s): rank 5[GPU 5] -> rank 6[GPU 6] via {via}; expected P2P or NVLS between GPUs" in message
+    assert "(h100-8gpu.toml:topology.default); likely cause: " in message and cause in message
+    assert (props["measured"], props["suite_key"]) == ("1 of 16 on SHM/NET", "topology.default")
