@@ -5,11 +5,12 @@ Each case runs the whole plugin and asserts the item's outcome and message.
 
 from __future__ import annotations
 
+import json
 import re
 import xml.etree.ElementTree as ET
 
 import pytest
-from conftest import sample
+from conftest import SNAPSHOTS, sample
 
 NCCL_TESTS = "nccl-tests/a100-sxm4-40gb-8gpu-oci-bm-gpu4-allreduce.txt"
 
@@ -118,3 +119,30 @@ def test_one_slow_hop_in_an_eight_rank_log_fails_with_expectation_and_cause(
     assert f"on 1 channel(s): rank 5[GPU 5] -> rank 6[GPU 6] via {via}; expected P2P or NVLS between GPUs" in message
     assert "(h100-8gpu.toml:topology.default); likely cause: " in message and cause in message
     assert (props["measured"], props["suite_key"]) == ("1 of 16 on SHM/NET", "topology.default")
+
+
+@pytest.mark.parametrize("source", ["replay", "evidence"])
+def test_a_gap_in_the_gpu_numbering_of_a_snapshot_is_an_error(pytester: pytest.Pytester, source: str) -> None:
+    """GPUs 0-6 and 9: replay counted 8 GPUs and passed test_gpu_count; as evidence GPU 7's pairs passed."""
+    document = json.loads((SNAPSHOTS / "h100-8gpu-healthy.json").read_text(encoding="utf-8"))
+    document["node"]["gpus"][7]["index"] = 9
+    path = pytester.path / "gap.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    result = pytester.runpytest("--nvlink-suite=h100-8gpu", f"--nvlink-{source}={path}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"ERROR: --nvlink-{source}: *gap.json:node.gpus[[]7].index: GPU 9 in a list of 8 GPU(s); *GPU(s) 7 would go*"]
+    )
+
+
+def test_a_lower_bound_gpu_list_may_stop_short(pytester: pytest.Pytester) -> None:
+    """Evidence naming GPUs 0-6 of 8 is a lower bound, not a numbering error: GPU 7 is 'no evidence'."""
+    document = json.loads((SNAPSHOTS / "h100-8gpu-healthy.json").read_text(encoding="utf-8"))
+    document["node"]["gpus"] = document["node"]["gpus"][:7]
+    document["node"]["gpu_list"] = {"complete": False, "source": "nvlink-s.txt"}
+    path = pytester.path / "seven.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    outcome, message, _ = _cases(pytester, "--nvlink-suite=h100-8gpu", f"--nvlink-replay={path}", "-k", "gpu_count")[
+        "test_gpu_count"
+    ]
+    assert outcome == "failure" and "only a lower bound for the count" in message
