@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
+from typing import Any
 
 import pytest
-from conftest import SNAPSHOTS, sample
+from conftest import SNAPSHOTS, sample, topo_p2p_text
 
 NCCL_TESTS = "nccl-tests/a100-sxm4-40gb-8gpu-oci-bm-gpu4-allreduce.txt"
 
@@ -146,3 +147,58 @@ def test_a_lower_bound_gpu_list_may_stop_short(pytester: pytest.Pytester) -> Non
         "test_gpu_count"
     ]
     assert outcome == "failure" and "only a lower bound for the count" in message
+
+
+def _p2p_figure_set(kind: str, pair: set[int], value: float) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads((SNAPSHOTS / "h100-8gpu-healthy.json").read_text(encoding="utf-8"))
+    for m in document["node"]["measurements"]["p2p"]:
+        if m["kind"] == kind and {m["src"], m["dst"]} == pair:
+            m["value"] = value
+    return document
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "ceiling"), [("unidirectional", 5000.0, "478.1"), ("bidirectional", 1200.0, "956.2")]
+)
+@pytest.mark.parametrize("source", ["replay", "evidence"])
+def test_a_figure_the_nvlinks_cannot_carry_fails(
+    pytester: pytest.Pytester, source: str, kind: str, value: float, ceiling: str
+) -> None:
+    """5000 GB/s between two H100s (18 x 26.562 GB/s links) is a timing error; it passed as a fast pair."""
+    path = pytester.path / "too-fast.json"
+    path.write_text(json.dumps(_p2p_figure_set(kind, {0, 1}, value)), encoding="utf-8")
+    args = ("--nvlink-suite=h100-8gpu", f"--nvlink-{source}={path}", "-k", f"{kind} and gpu0-gpu1")
+    outcome, message, props = _cases(pytester, *args)[f"test_p2p_{kind}[gpu0-gpu1]"]
+    assert outcome == "failure"
+    assert f"{kind} bandwidth {value:.1f} GB/s is more than the {ceiling} GB/s the NVLinks can carry" in message
+    assert f"h100-sxm.toml:p2p.{kind}_min_gbps; likely cause: the timing is wrong" in message
+    assert (props["measured"], props["expected"], props["threshold_key"]) == (
+        f"{value:g}",
+        f"<= {ceiling}",
+        f"p2p.{kind}_min_gbps",
+    )
+
+
+def test_a_fast_but_possible_figure_still_passes(pytester: pytest.Pytester) -> None:
+    path = pytester.path / "fast.json"
+    path.write_text(json.dumps(_p2p_figure_set("unidirectional", {0, 1}, 450.0)), encoding="utf-8")
+    args = ("--nvlink-suite=h100-8gpu", f"--nvlink-replay={path}", "-k", "unidirectional and gpu0-gpu1")
+    outcome, message, _ = _cases(pytester, *args)["test_p2p_unidirectional[gpu0-gpu1]"]
+    assert outcome == "passed", message
+
+
+def test_p2p_status_failure_names_the_suite_key(pytester: pytest.Pytester) -> None:
+    """The expectation comes from the suite's topology: the message names file and key, not only 'NV18'."""
+    files = []
+    for capability, cell in (("r", "OK"), ("w", "OK"), ("n", "NS")):
+        path = pytester.path / f"p2p-{capability}.txt"
+        path.write_text(topo_p2p_text(capability, 8, cell), encoding="utf-8")
+        files.append(f"--nvlink-evidence={path}")
+    args = ("--nvlink-suite=h100-8gpu", *files, "--nvlink-evidence-missing=skip", "-k", "p2p_status and gpu0-gpu1")
+    outcome, message, props = _cases(pytester, *args)["test_p2p_status[gpu0-gpu1]"]
+    assert outcome == "failure"
+    assert (
+        "P2P not usable (nvlink not_supported) although the suite expects NV18 (h100-8gpu.toml:topology.default)"
+        in (message)
+    )
+    assert props["suite_key"] == "topology.default"
