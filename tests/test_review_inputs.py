@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
 from conftest import SNAPSHOTS, sample, topo_p2p_text
+
+from pytest_nvlink.parsers import nccl_log
+from pytest_nvlink.parsers.detect import detect_kind
 
 NCCL_TESTS = "nccl-tests/a100-sxm4-40gb-8gpu-oci-bm-gpu4-allreduce.txt"
 
@@ -202,3 +206,16 @@ def test_p2p_status_failure_names_the_suite_key(pytester: pytest.Pytester) -> No
         in (message)
     )
     assert props["suite_key"] == "topology.default"
+
+
+@pytest.mark.parametrize("where", ["alone", "after an NCCL log"])
+def test_a_long_line_without_blanks_is_read_in_linear_time(where: str) -> None:
+    """A 100 kB line of one token took ~9 s to detect and ~90 s in the NCCL log parser (quadratic regexes)."""
+    log = _nccl_log("P2P/CUMEM") if where != "alone" else ""
+    text = log + "x" * 100_000 + "\n"
+    started = time.perf_counter()
+    kind = detect_kind(text)
+    if kind == "nccl_log":
+        nccl_log.parse(text)
+    assert time.perf_counter() - started < 3.0
+    assert kind == (None if where == "alone" else "nccl_log")
