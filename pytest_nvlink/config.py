@@ -393,7 +393,11 @@ def _check_consistency(thresholds: Thresholds) -> None:
     links = thresholds.get("nvlink.active_links")
     speed = thresholds.get("nvlink.link_speed_min_gbps")
     if links and links.value == 0 and speed is not None:
-        raise ConfigError(f"{speed.file}:{speed.key}: set for a SKU that expects no NVLink")
+        # Name both files: the one that set 0 is usually the one to correct, not the shipped speed.
+        raise ConfigError(
+            f"{speed.file}:{speed.key}: set for a SKU that expects no NVLink ({links.file}:{links.key} = 0); "
+            "correct nvlink.active_links, or use a suite whose SKU has no NVLink"
+        )
 
 
 # --- suites -----------------------------------------------------------------------------------

@@ -519,7 +519,14 @@ def _rank_gpus(result: NcclTestsResult) -> list[int] | None:
     ranks = sorted(result.devices, key=lambda d: d.rank)
     if len(result.hosts) != 1 or [d.rank for d in ranks] != list(range(result.nranks or 0)):
         return None
-    return [d.device for d in ranks]
+    devices = [d.device for d in ranks]
+    buses = {d.bus.lower() for d in ranks}
+    if len(set(devices)) < len(devices) and len(buses) == len(ranks):
+        # One process per rank, each with its own CUDA_VISIBLE_DEVICES (Slurm --gpus-per-task=1), numbers
+        # every GPU 0: distinct bus ids say the ranks ran on distinct GPUs, but not which node GPU each was,
+        # so only the rank count is judged.
+        return None
+    return devices
 
 
 def _int_or_none(value: object) -> int | None:

@@ -516,7 +516,8 @@ def p2p_status(ctx: Context, src: int, dst: int) -> Verdict:
     detail = ", ".join(f"{cap} {value}" for cap, value in bad.items())
     return failed(
         f"GPU {src} -> GPU {dst}: P2P not usable ({detail}) although the suite expects "
-        f"{ctx.suite.expected_path(src, dst)}; likely cause: {_p2p_cause(ctx.node, bad)}",
+        f"{ctx.suite.expected_path(src, dst)} ({ctx.suite_where(ctx.path_key(src, dst))}); likely cause: "
+        f"{_p2p_cause(ctx.node, bad)}",
         props,
     )
 

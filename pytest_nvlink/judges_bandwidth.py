@@ -18,6 +18,11 @@ P2P_KINDS: dict[str, tuple[str, str, str]] = {
 }
 PCIE_LIKE_FRACTION = 0.25  # below a quarter of the NVLink floor, the copy cannot have used NVLink
 MIB = 1 << 20
+# A copy cannot beat the links it crosses: per-link speeds are the signalling rate, so payload stays below
+# their sum; 10 % covers timer granularity. A pair whose P2P falls back to PCIe may still reach a Gen5 x16
+# link's ~63 GB/s per direction (PCI-SIG: 32 GT/s x 16 lanes, 128b/130b), whatever its NVLink count.
+CAPACITY_SLACK = 1.10
+PCIE_GEN5_X16_GBPS = 63.0
 
 
 def _pair_props(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> list[tuple[str, str]]:
@@ -41,6 +46,11 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
     if m is None or value is None:
         reason = (m.error if m is not None and m.error else None) or "no measurement recorded"
         return unknown(ctx.node.source, f"the {kind} P2P {_what(kind)} GPU {src} -> GPU {dst}", reason, props)
+    too_fast = _above_link_capacity(ctx, src, dst, kind, value, where=threshold.where())
+    if too_fast is not None:
+        message, ceiling = too_fast
+        capacity = measured_properties(value, f"<= {ceiling:.1f}", unit, threshold)
+        return failed(message, capacity + _pair_props(ctx, src, dst, m))
     ok = value >= threshold.value if comparison == "min" else value <= threshold.value
     shown = f"{value:.1f} {unit}" if unit == "GB/s" else f"{value:.2f} {unit}"
     if ok:
@@ -52,6 +62,38 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
         f"GPU {src} -> GPU {dst}: {_label(kind)} {shown}, {word} {threshold.value} {unit} "
         f"({threshold.where()}); likely cause: {_bandwidth_cause(ctx, src, dst, kind, value)}",
         props,
+    )
+
+
+def _link_capacity(ctx: Context, index: int) -> tuple[float, int] | None:
+    """Per-direction GB/s the GPU's active NVLinks can carry and their count; None where not known."""
+    gpu = ctx.node.gpu(index)
+    active = [link for link in (gpu.nvlinks or []) if link.active] if gpu is not None else []
+    if gpu is None or gpu.active_link_count() is None or not active or any(link.speed_gbps is None for link in active):
+        return None
+    return sum(link.speed_gbps or 0.0 for link in active), len(active)
+
+
+def _above_link_capacity(
+    ctx: Context, src: int, dst: int, kind: str, value: float, *, where: str
+) -> tuple[str, float] | None:
+    """A figure the two GPUs' NVLinks cannot carry means the timing is wrong: it must not pass as a fast pair."""
+    if kind == "latency":
+        return None
+    capacities = [_link_capacity(ctx, src), _link_capacity(ctx, dst)]
+    if None in capacities:
+        return None
+    narrow, links = min(c for c in capacities if c is not None)
+    ceiling = max(narrow, PCIE_GEN5_X16_GBPS) * (2 if kind == "bidirectional" else 1)
+    if value <= ceiling * CAPACITY_SLACK:
+        return None
+    return (
+        f"GPU {src} -> GPU {dst}: {_label(kind)} {value:.1f} GB/s is more than the {ceiling:.1f} GB/s "
+        f"the NVLinks can carry ({links} active link(s) on the narrower GPU, summed per-link speed"
+        f"{', both directions' if kind == 'bidirectional' else ''}), so the figure cannot be true and is not judged "
+        f"against {where}; likely cause: the timing is wrong (copies still running when the timer stopped, a "
+        "per-direction figure taken as the sum, bytes counted twice) — rerun, and check the tool's version",
+        ceiling,
     )
 
 
@@ -308,12 +350,15 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
     if audit.p2p_disabled_warnings:
         return failed(f"NCCL reports P2P disabled: {audit.p2p_disabled_warnings[0]}{_env_note(audit)}", props)
     if bad:
+        first = bad[0]
+        key = ctx.suite_where(ctx.path_key(first.src_dev, first.dst_dev))
         pairs = sorted(
             {f"rank {c.src_rank}[GPU {c.src_dev}] -> rank {c.dst_rank}[GPU {c.dst_dev}] via {c.detail}" for c in bad}
         )
         return failed(
             f"NCCL used {bad[0].transport} instead of NVLink P2P on {len(bad)} channel(s): "
-            f"{'; '.join(pairs[:4])}{' …' if len(pairs) > 4 else ''}{_env_note(audit)}",
+            f"{'; '.join(pairs[:4])}{' …' if len(pairs) > 4 else ''}{_env_note(audit)}; expected P2P or NVLS "
+            f"between GPUs the suite expects on NVLink ({key}); likely cause: {_transport_cause(first.transport)}",
             props,
         )
     if not audit.channels:
@@ -375,6 +420,19 @@ def channel_gpu(channel_dev: int) -> int:
     ``cudaDev 0 nvmlDev 2`` and its channels ``1[2] -> 0[0]``).
     """
     return channel_dev
+
+
+def _transport_cause(transport: str) -> str:
+    if transport == "NET":
+        return (
+            "NCCL saw the ranks as different hosts (containers or pods without a shared host id, NCCL_HOSTID) "
+            "or had P2P and SHM disabled, so it went through the network stack — check NCCL_P2P_DISABLE and "
+            "NCCL_SHM_DISABLE"
+        )
+    return (
+        "NCCL could not use P2P between these GPUs (a VM or container without NVLink P2P, P2P disabled by a "
+        "registry key, NCCL_P2P_DISABLE or NCCL_P2P_LEVEL), so it staged through host memory — see test_p2p_status"
+    )
 
 
 def _env_note(audit: NcclAudit) -> str:

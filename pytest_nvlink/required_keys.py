@@ -70,8 +70,25 @@ def required_keys(suite: Suite) -> dict[str, str]:
     return needed
 
 
+def check_nvlink_expected(suite: Suite, thresholds: Thresholds) -> None:
+    """A set that says the SKU has no NVLink cannot judge a suite that expects NV# pairs.
+
+    With ``nvlink.active_links = 0`` every per-link check reads "does not apply" and a GPU with no
+    active link passes its count, so the NVLink the suite expects would go unjudged without a reason.
+    """
+    links = thresholds.get("nvlink.active_links")
+    if links is None or links.value != 0 or not suite.expects_any_nvlink():
+        return
+    raise ConfigError(
+        f"{links.file}:{links.key}: 0 says the SKU has no NVLink, but suite {suite.file} expects NV# pairs "
+        f"(topology), so threshold set {thresholds.describe()} cannot judge it; set the SKU's per-GPU NVLink "
+        "count, or use a suite whose topology expects no NVLink"
+    )
+
+
 def check_required_keys(suite: Suite, thresholds: Thresholds) -> None:
     """Stop the run when a required key is neither set nor waived, naming suite, set and keys."""
+    check_nvlink_expected(suite, thresholds)
     missing = {
         key: because
         for key, because in required_keys(suite).items()

@@ -137,6 +137,7 @@ def node_from_document(document: object, origin: str) -> Node:
     document = migrate_document(document)
     node = from_json(Node, document.get("node"), f"{origin}:node")
     _check_unique_entries(node, f"{origin}:node")
+    _check_gpu_numbering(node, f"{origin}:node")
     problems = value_problems(node, "node")
     if problems:
         path, problem = problems[0]
@@ -166,6 +167,28 @@ def _check_unique_entries(node: Node, where: str) -> None:
         for s in node.p2p or []
     ]
     _first_duplicate(where, "p2p", statuses, "ordered pair")
+
+
+def _check_gpu_numbering(node: Node, where: str) -> None:
+    """A complete GPU list is numbered 0..n-1, as NVML numbers devices; a gap would hide a GPU from the count.
+
+    Lists that are only a lower bound (evidence naming some GPUs) are left alone.
+    """
+    if node.gpu_list is not None and not node.gpu_list.complete:
+        return
+    count = len(node.gpus)
+    for i, gpu in enumerate(node.gpus):
+        if gpu.index >= count:
+            raise SnapshotError(
+                f"{where}.gpus[{i}].index: GPU {gpu.index} in a list of {count} GPU(s); NVML numbers a node's GPUs "
+                f"0..{count - 1}, so GPU(s) {', '.join(str(n) for n in _unlisted(node))} would go missing unseen — "
+                "the file was edited or merged by hand"
+            )
+
+
+def _unlisted(node: Node) -> list[int]:
+    listed = {gpu.index for gpu in node.gpus}
+    return [index for index in range(len(node.gpus)) if index not in listed]
 
 
 def _first_duplicate(

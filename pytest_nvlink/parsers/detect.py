@@ -79,7 +79,10 @@ def detect_kind(text: str) -> str | None:
         found = [kind for kind, pattern in _NVLINK_LINES.items() if pattern.search(text)]
         if found:
             return found[0] if len(found) == 1 else NVLINK_MIXED
-    if re.search(r"\S+:\d+:\d+\s+\[\d+\]\s+(?:\S+:\d+\s+)?NCCL\s+(?:INFO|WARN)", text) or _STRIPPED_NCCL.search(text):
+    # (?<!\S): the host name starts a token; otherwise a long line without blanks costs quadratic time.
+    if re.search(r"(?<!\S)\S+:\d+:\d+\s+\[\d+\]\s+(?:\S+:\d+\s+)?NCCL\s+(?:INFO|WARN)", text) or _STRIPPED_NCCL.search(
+        text
+    ):
         return NCCL_LOG
     return _topo_kind(text)
 

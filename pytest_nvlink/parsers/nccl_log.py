@@ -19,8 +19,10 @@ from pytest_nvlink.parsers.common import ParseError, bad_line, split_lines
 # ``search``, not ``match``: NCCL >= 2.23 may put a timestamp before the host (NCCL_DEBUG_TIMESTAMP_FORMAT,
 # on by default for WARN). Between ``[dev]`` and ``NCCL`` come, each optional, a TRACE time in ms, the
 # source ``file:line`` and, since NCCL 2.30, the ``(function)`` (NVIDIA/nccl src/debug.cc).
+# The look-behind starts the host at a token boundary, where the leftmost match starts anyway; without it a
+# long line with no blanks costs quadratic time.
 _PREFIX = re.compile(
-    r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+"
+    r"(?<![^\s:\[\]])(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+"
     r"(?:\d+(?:\.\d+)?\s+)?(?:(?P<file>[^\s()]+:\d+)\s+)?(?:\((?P<function>[^()\s]*)\)\s+)?"
     r"NCCL\s+(?P<level>INFO|WARN|TRACE|ABORT)\s?(?P<msg>.*)"
 )
