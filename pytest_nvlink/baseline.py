@@ -146,6 +146,11 @@ def _whole_problem(run: Run, baseline: Baseline) -> str | None:
 
 def environment_changes(run: Run, baseline: Baseline) -> list[str]:
     """``driver 550.54.15 → 560.35.03`` per version or setting that differs; unknown on either side: left out."""
+    return [f"{name} {old} → {new}" for name, old, new in changed_settings(run, baseline)]
+
+
+def changed_settings(run: Run, baseline: Baseline) -> list[tuple[str, str, str]]:
+    """(what, baseline value, this run's value) per version or setting that differs, known on both sides."""
     old_env = baseline.node.environment or Environment()
     new_env = current_environment(run)
     pairs: list[tuple[str, str | None, str | None]] = [
@@ -160,7 +165,7 @@ def environment_changes(run: Run, baseline: Baseline) -> list[str]:
         ("suite", old_env.suite, new_env.suite),
         ("thresholds", _names(old_env.thresholds), _names(new_env.thresholds)),
     ]
-    return [f"{name} {old} → {new}" for name, old, new in pairs if old is not None and new is not None and old != new]
+    return [(name, old, new) for name, old, new in pairs if old is not None and new is not None and old != new]
 
 
 def _names(files: list[str]) -> str | None:

@@ -102,6 +102,7 @@ def report_context(results: Results) -> dict[str, object]:
     node = run.node
     return {
         "results": results,
+        "baseline": results.baseline,
         "verdict": results.verdict,
         "suite": run.suite,
         "thresholds": run.thresholds,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_nvlink import __version__
+from pytest_nvlink.report.baseline import baseline_document
 from pytest_nvlink.report.record import ItemResult, Results, source_text
 from pytest_nvlink.snapshot import node_to_dict
 
@@ -37,6 +38,7 @@ def results_document(results: Results) -> dict[str, Any]:
         "counts": results.counts(),
         "audit": results.audit,
         "items": [_item(item) for item in results.items],
+        "baseline": baseline_document(results.baseline),
         "node": node_to_dict(run.node),
     }
 

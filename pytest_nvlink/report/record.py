@@ -12,14 +12,18 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_nvlink.audit import UNJUDGED
 from pytest_nvlink.run import Run
 from pytest_nvlink.verdict import Outcome
 
+if TYPE_CHECKING:
+    from pytest_nvlink.report.baseline import BaselineSection
+
 # Properties the plugin adds to every verdict's own ones (plugin._record), kept out of ``properties``.
 RUN_PROPERTIES: frozenset[str] = frozenset({"suite", "source", "outcome", "message"})
+IMPROVED_PROPERTY = "baseline_improved"  # judges_baseline's note of a figure better than the baseline
 
 
 @dataclass
@@ -33,6 +37,9 @@ class ItemResult:
     pytest_outcome: str  # "passed" | "failed" | "skipped" | "error"
     message: str
     properties: dict[str, str] = field(default_factory=dict)
+    # Every baseline improvement the verdict noted: one item (a GPU pair) can improve on several figures,
+    # where ``properties`` keeps one value per name.
+    improvements: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -86,6 +93,7 @@ def item_result(report: Any) -> ItemResult:
         pytest_outcome=_pytest_outcome(report),
         message=message,
         properties={k: v for k, v in props if k not in RUN_PROPERTIES},
+        improvements=list(dict.fromkeys(v for k, v in props if k == IMPROVED_PROPERTY)),
     )
 
 
@@ -168,6 +176,13 @@ class Results:
 
     def counts(self) -> dict[str, int]:
         return dict(Counter(item.pytest_outcome for item in self.items))
+
+    @property
+    def baseline(self) -> BaselineSection | None:
+        """What the run was compared with and what changed since; None without ``--nvlink-baseline``."""
+        from pytest_nvlink.report.baseline import baseline_section
+
+        return baseline_section(self.run, self.items)
 
 
 def source_text(run: Run) -> str:

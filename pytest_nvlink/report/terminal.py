@@ -17,7 +17,12 @@ from pytest_nvlink.audit import AuditTally, no_verdict_line
 from pytest_nvlink.config import path_matches
 from pytest_nvlink.judges_bandwidth import pick_collective
 from pytest_nvlink.model import Node
-from pytest_nvlink.report.baseline import baseline_header_lines, baseline_suite_properties, baseline_summary_lines
+from pytest_nvlink.report.baseline import (
+    baseline_header_lines,
+    baseline_section,
+    baseline_suite_properties,
+    baseline_summary_lines,
+)
 from pytest_nvlink.report.record import ItemLog, ItemResult, source_text
 from pytest_nvlink.run import Run
 from pytest_nvlink.unknowns import recorded_unknowns
@@ -183,20 +188,21 @@ def measurement_lines(run: Run) -> list[str]:
 
 
 def summary_lines(run: Run, stats: Mapping[str, Sequence[Any]], tally: AuditTally | None = None) -> list[str]:
+    items = ItemLog().add_all(stats).results()  # the results record's items, as the JSON and HTML read them
     lines: list[str] = []
     if run.node.gpus:
         lines.append("topology (nvidia-smi topo -m layout; 'A!B' = measured A where the suite expects B):")
         lines += topology_matrix(run).splitlines()
         lines.append("")
     lines += measurement_lines(run)
-    lines += check_table(stats).splitlines()
+    lines += check_table_of(items).splitlines()
     lines += error_counter_lines(run.node)
     unknowns = recorded_unknowns(run.node, run.thresholds)
     if unknowns:
         lines += ["", "recorded unknowns (not proven by this run):", *(f"  - {line}" for line in unknowns)]
     if run.node.source == "evidence":
         lines += ["", *evidence_coverage(run.node).splitlines()]
-    lines += baseline_summary_lines(run, stats)
+    lines += baseline_summary_lines(baseline_section(run, items))
     return [*lines, "", *audit_lines(stats, tally)]
 
 
