@@ -35,7 +35,11 @@ def _junit_failures(path: Path) -> dict[str, str]:
         failure = case.find("failure")
         if failure is not None:
             module = case.get("classname", "").replace(".", "/") + ".py"
-            found[f"{module}::{case.get('name')}"] = failure.get("message", "").removeprefix("Failed: ")
+            message = failure.get("message", "")
+            if message.endswith("[truncated; full report in element text]"):
+                # pytest's JUnit cuts long messages; the element's text holds the whole report.
+                message = (failure.text or "").strip()
+            found[f"{module}::{case.get('name')}"] = message.removeprefix("Failed: ")
     return found
 
 
