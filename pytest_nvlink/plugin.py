@@ -216,17 +216,36 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     return header_lines(run) + ([f"nvlink: {note}"] if note else [])
 
 
-def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module | None:
-    # Stable node ids ("nvlink/test_topology.py::...") whatever the venv location (style ref §4.3 P2).
-    if _run(parent.config) is None or module_path.parent != CHECKS_DIR:
-        return None
-    return pytest.Module.from_parent(parent, path=module_path, nodeid=f"nvlink/{module_path.name}")
+class _ShapeFilter:
+    """Collection hooks registered only for a run, so that the inert plugin adds no hook call per test."""
+
+    def pytest_pycollect_makemodule(self, module_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+        # Stable node ids ("nvlink/test_topology.py::...") whatever the venv or checkout location.
+        if module_path.parent != CHECKS_DIR:
+            return None
+        return pytest.Module.from_parent(parent, path=module_path, nodeid=f"nvlink/{module_path.name}")
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        run = _run(metafunc.config)
+        if run is not None:
+            _parametrize(metafunc, run)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_pycollect_makeitem(self, collector: pytest.Collector) -> Generator[None, Any, Any]:
+        result = yield
+        run = _run(collector.config)
+        if run is None or not isinstance(result, list):
+            return result
+        # A one-GPU suite has no pairs and an empty collective list has no collectives: those checks do not
+        # exist for this suite (the header says so), rather than appearing as skips or errors.
+        from pytest_nvlink.report.baseline import baseline_not_collected
+        from pytest_nvlink.run import not_collected
+
+        absent = not_collected(run.suite) | baseline_not_collected(run)
+        return [item for item in result if not _belongs_to(item, absent)]
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    run = _run(metafunc.config)
-    if run is None:
-        return
+def _parametrize(metafunc: pytest.Metafunc, run: Run) -> None:
     from pytest_nvlink.model import gpu_id, pair_id
 
     count = run.suite.gpu_count
@@ -244,24 +263,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # An empty set (one GPU: no pairs; no collectives listed) is left alone: makeitem drops the item.
         if name in metafunc.fixturenames and values:
             metafunc.parametrize(name, values, ids=ids)
-
-
-class _ShapeFilter:
-    """Registered only for a run, so that the inert plugin adds no hook call per collected test."""
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_pycollect_makeitem(self, collector: pytest.Collector) -> Generator[None, Any, Any]:
-        result = yield
-        run = _run(collector.config)
-        if run is None or not isinstance(result, list):
-            return result
-        # A one-GPU suite has no pairs and an empty collective list has no collectives: those checks do not
-        # exist for this suite (the header says so), rather than appearing as skips or errors.
-        from pytest_nvlink.report.baseline import baseline_not_collected
-        from pytest_nvlink.run import not_collected
-
-        absent = not_collected(run.suite) | baseline_not_collected(run)
-        return [item for item in result if not _belongs_to(item, absent)]
 
 
 def _belongs_to(item: object, absent: dict[str, str]) -> bool:
