@@ -51,6 +51,24 @@ def test_bidirectional_keeps_directions_and_total_apart(pytester: pytest.Pyteste
     node = load_evidence([path])
     bidir = [m for m in node.measurements.p2p if m.kind == "bidirectional"]
     assert len(bidir) == 56 and min(m.value or 0 for m in bidir) > 540  # the Total matrix, not one direction
+    assert {m.bidirectional_sum for m in bidir} == {True}
+
+
+def test_a_single_bidirectional_matrix_is_per_direction_and_judged_doubled(pytester: pytest.Pytester) -> None:
+    # Only the Read1 matrix (276 GB/s each way): per direction, so 552 GB/s both ways against the sum floor.
+    text = bidirectional().split("\nmemcpy CE GPU(row) <-> GPU(column) Read2")[0] + "\n"
+    node = load_evidence([write(pytester.path, "bidir-one.txt", text)])
+    bidir = [m for m in node.measurements.p2p if m.kind == "bidirectional"]
+    assert len(bidir) == 56 and {m.bidirectional_sum for m in bidir} == {False}
+    site = write(pytester.path, "site.toml", "[p2p]\nbidirectional_min_gbps = 540.0\n")
+    run = pytester.runpytest(
+        "--nvlink-suite=h100-8gpu",
+        f"--nvlink-evidence={pytester.path / 'bidir-one.txt'}",
+        f"--nvlink-thresholds={site}",
+        "-k",
+        "p2p_bidirectional",
+    )
+    run.assert_outcomes(passed=56, deselected=run.parseoutcomes()["deselected"])
 
 
 def test_seven_visible_gpus_parse_and_fail_the_count(pytester: pytest.Pytester) -> None:
