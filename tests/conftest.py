@@ -31,6 +31,51 @@ def topo_p2p_text(capability: str, count: int, cell: str = "OK") -> str:
     )
 
 
+# A -p plugin for a child pytest: it is imported before pytest_configure, so the fake pynvml is in
+# place when the plugin probes. ``setup`` may adjust ``module``; ``hooks`` may add plugin hooks.
+FAKE_NVML_PLUGIN = """
+import sys
+from pathlib import Path
+from fake_pynvml import make_fake_pynvml
+from pytest_nvlink.snapshot import load_snapshot
+module = make_fake_pynvml(load_snapshot(Path({path!r})){options})
+{setup}
+sys.modules["pynvml"] = module
+{hooks}
+"""
+
+
+def tiny_collective_thresholds(*ops: str) -> str:
+    """gloo on CPU says nothing about NVLink: tiny sizes and floors exercise the harness, not the node."""
+    return 'extends = "h100-sxm"\n' + "".join(
+        f"[collectives.{op}]\nsize_mib = 1\nbusbw_min_gbps = 0.0001\n" for op in ops
+    )
+
+
+def serve_live_node(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    node: Any,
+    gpu_count: int,
+    *,
+    options: str = "",
+    setup: str = "",
+    hooks: str = "",
+) -> None:
+    """Save the first ``gpu_count`` GPUs of ``node`` as a live node and write ``fake_nvml_plugin`` serving it."""
+    import dataclasses
+
+    from pytest_nvlink.snapshot import save_snapshot
+
+    node.gpus = node.gpus[:gpu_count]
+    node.paths = [p for p in node.paths or [] if p.b < gpu_count]
+    node.p2p = [s for s in node.p2p or [] if s.src < gpu_count and s.dst < gpu_count]
+    save_snapshot(dataclasses.replace(node, source="live"), pytester.path / "node.json")
+    plugin = FAKE_NVML_PLUGIN.format(path=str(pytester.path / "node.json"), options=options, setup=setup, hooks=hooks)
+    pytester.makepyfile(fake_nvml_plugin=plugin)
+    monkeypatch.setenv("PYTHONPATH", f"{pytester.path}:{REPO / 'tests'}")
+
+
 @pytest.fixture
 def install_fake_nvml(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
     """Put a snapshot-driven fake ``pynvml`` into ``sys.modules`` for the live probe to import."""

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import SNAPSHOTS
+from conftest import SNAPSHOTS, serve_live_node, tiny_collective_thresholds
 from fake_pynvml import make_fake_pynvml
 
 from pytest_nvlink import judges_platform
@@ -158,34 +157,18 @@ collective_warmup = 1
 timeout_s = 120
 collectives = ["all_reduce"]
 """
-TINY = 'extends = "h100-sxm"\n[collectives.all_reduce]\nsize_mib = 1\nbusbw_min_gbps = 0.0001\n'
-# The fake serves the node; GPU 1 link 3 gains 2 replay errors between any two reads, and the
-# session runs its items in reverse, so the error and PCIe checks come before the collectives.
-FAKE = """
-import sys
-from pathlib import Path
-from fake_pynvml import make_fake_pynvml
-from pytest_nvlink.snapshot import load_snapshot
-module = make_fake_pynvml(load_snapshot(Path({path!r})))
-module.grow_errors_on_read(1, 3, "replay", 2)
-sys.modules["pynvml"] = module
-
-def pytest_collection_modifyitems(items):
-    items.reverse()
-"""
+TINY = tiny_collective_thresholds("all_reduce")
+# GPU 1 link 3 gains 2 replay errors between any two reads, and the session runs its items in
+# reverse, so the error and PCIe checks come before the collectives.
+GROW_ERRORS = 'module.grow_errors_on_read(1, 3, "replay", 2)'
+REVERSE_ITEMS = "def pytest_collection_modifyitems(items):\n    items.reverse()"
 
 
 def test_live_error_checks_see_the_campaign_deltas_whatever_the_order(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    node = _node()
-    node.gpus = node.gpus[:2]
-    node.paths = [p for p in node.paths or [] if p.b < 2]
-    node.p2p = [s for s in node.p2p or [] if s.src < 2 and s.dst < 2]
-    save_snapshot(dataclasses.replace(node, source="live"), pytester.path / "node.json")
+    serve_live_node(pytester, monkeypatch, _node(), 2, setup=GROW_ERRORS, hooks=REVERSE_ITEMS)
     pytester.makefile(".toml", suite=SUITE, tiny=TINY)
-    pytester.makepyfile(fake_nvml_plugin=FAKE.format(path=str(pytester.path / "node.json")))
-    monkeypatch.setenv("PYTHONPATH", f"{pytester.path}:{SNAPSHOTS.parent / 'tests'}")
     save = pytester.path / "saved.json"
     result = pytester.runpytest_subprocess(
         f"--nvlink-suite={pytester.path / 'suite.toml'}",

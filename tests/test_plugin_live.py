@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
-from conftest import SNAPSHOTS
+from conftest import SNAPSHOTS, serve_live_node, tiny_collective_thresholds
 
 from pytest_nvlink.model import Measurements
-from pytest_nvlink.snapshot import load_snapshot, save_snapshot
+from pytest_nvlink.snapshot import load_snapshot
 
 SUITE = """
 [suite]
@@ -25,32 +23,15 @@ collective_warmup = 1
 timeout_s = 120
 collectives = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]
 """
-# gloo on CPU says nothing about NVLink: tiny sizes and floors exercise the harness, not the node.
-TINY = 'extends = "h100-sxm"\n' + "".join(
-    f"[collectives.{op}]\nsize_mib = 1\nbusbw_min_gbps = 0.0001\n"
-    for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
-)
-FAKE = """
-import sys
-from pathlib import Path
-from fake_pynvml import make_fake_pynvml
-from pytest_nvlink.snapshot import load_snapshot
-sys.modules["pynvml"] = make_fake_pynvml(load_snapshot(Path({path!r})))
-"""
+TINY = tiny_collective_thresholds("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 
 
 @pytest.fixture
 def two_gpu_node(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     node = load_snapshot(SNAPSHOTS / "h100-8gpu-healthy.json")
-    node.gpus = node.gpus[:2]
-    node.paths = [p for p in node.paths or [] if p.b < 2]
-    node.p2p = [s for s in node.p2p or [] if s.src < 2 and s.dst < 2]
     node.measurements = Measurements()
-    save_snapshot(dataclasses.replace(node, source="live"), pytester.path / "node.json")
+    serve_live_node(pytester, monkeypatch, node, 2)
     pytester.makefile(".toml", suite=SUITE, tiny=TINY)
-    # A -p plugin is imported before pytest_configure, so the fake is in place when the plugin probes.
-    pytester.makepyfile(fake_nvml_plugin=FAKE.format(path=str(pytester.path / "node.json")))
-    monkeypatch.setenv("PYTHONPATH", f"{pytester.path}:{SNAPSHOTS.parent / 'tests'}")
 
 
 def test_collectives_run_for_real_on_gloo_and_are_judged(pytester: pytest.Pytester, two_gpu_node: None) -> None:

@@ -10,7 +10,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from conftest import EVIDENCE, SNAPSHOTS
+from conftest import EVIDENCE, SNAPSHOTS, serve_live_node, tiny_collective_thresholds
 
 from pytest_nvlink import judges_bandwidth, live
 from pytest_nvlink.config import load_suite, load_thresholds
@@ -203,29 +203,16 @@ collective_warmup = 1
 timeout_s = 120
 collectives = ["all_reduce"]
 """
-# gloo on CPU says nothing about NVLink: a tiny size and floor exercise the harness, not the node.
-TINY = 'extends = "h100-sxm"\n[collectives.all_reduce]\nsize_mib = 1\nbusbw_min_gbps = 0.0001\n'
-FAKE_WITH_LOST_GPU = """
-import sys
-from pathlib import Path
-from fake_pynvml import make_fake_pynvml
-from pytest_nvlink.snapshot import load_snapshot
-sys.modules["pynvml"] = make_fake_pynvml(load_snapshot(Path({path!r})), lost_gpus=[2])
-"""
+TINY = tiny_collective_thresholds("all_reduce")
 
 
 def test_live_ring_without_a_lost_gpu_fails_the_busbw(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     node = _healthy()
-    node.gpus = node.gpus[:3]
-    node.paths = [p for p in node.paths or [] if p.b < 3]
-    node.p2p = [s for s in node.p2p or [] if s.src < 3 and s.dst < 3]
     node.measurements = Measurements()
-    save_snapshot(dataclasses.replace(node, source="live"), pytester.path / "node.json")
+    serve_live_node(pytester, monkeypatch, node, 3, options=", lost_gpus=[2]")
     pytester.makefile(".toml", suite=LIVE_SUITE, tiny=TINY)
-    pytester.makepyfile(fake_nvml_plugin=FAKE_WITH_LOST_GPU.format(path=str(pytester.path / "node.json")))
-    monkeypatch.setenv("PYTHONPATH", f"{pytester.path}:{SNAPSHOTS.parent / 'tests'}")
     result = pytester.runpytest_subprocess(
         f"--nvlink-suite={pytester.path / 'suite.toml'}",
         "--nvlink-backend=gloo",
