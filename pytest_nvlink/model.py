@@ -109,6 +109,10 @@ class Gpu:
     virtualization_mode: str | None = None  # "none" | "passthrough" | "vgpu" | "host_vgpu" | ...
     # Set when the GPU is enumerated but unusable (NVML GpuIsLost, fell off the bus).
     problem: str | None = None
+    # A node spanning several hosts (a rack as one NVLink domain): the host (tray) the GPU sits in and
+    # its index there. None on a one-host node.
+    host: str | None = None
+    local_index: int | None = None
 
     def active_link_count(self) -> int | None:
         if self.nvlinks is None or any(link.active is None for link in self.nvlinks):
@@ -147,7 +151,9 @@ class P2PMeasurement:
 
     src: int
     dst: int
-    kind: str  # "unidirectional" | "bidirectional" | "latency"
+    # "unidirectional" | "bidirectional" | "latency" (copy engines within a host) | "sendrecv" (send/recv
+    # between two ranks, both ways at once, GB/s per direction; the only way across hosts of a rack)
+    kind: str
     value: float | None  # GB/s for bandwidth, µs for latency; None when it could not be measured
     unit: str
     bytes_copied: int | None = None

@@ -229,14 +229,14 @@ class _Rank:
         return elapsed / self.spec.iterations
 
 
-def _init(rank: int, spec: WorkerSpec) -> _Rank:
+def _init(rank: int, spec: WorkerSpec, device_index: int | None = None) -> _Rank:
     import torch  # only in the child, after the NCCL env is set
     import torch.distributed as dist
 
     options: dict[str, Any] = {}
     device: Any = torch.device("cpu")
     if spec.backend == "nccl":
-        device = torch.device(f"cuda:{spec.devices[rank]}")
+        device = torch.device(f"cuda:{spec.devices[rank] if device_index is None else device_index}")
         torch.cuda.set_device(device)
         options["device_id"] = device  # eager NCCL init: an init hang shows up as one
     dist.init_process_group(
@@ -250,29 +250,67 @@ def _init(rank: int, spec: WorkerSpec) -> _Rank:
     return _Rank(torch, dist, spec, rank, device)
 
 
-def worker_main(conn: Connection, rank: int, spec: WorkerSpec) -> None:
-    """Entry point of one spawned rank."""
-    os.environ.update(dict(spec.env))
-    phase = "init"
+Send = Callable[[tuple[Any, ...]], None]
+
+
+class RankFailed(Exception):
+    """This rank raised; ``phase`` is where ("init", an op name, "shutdown"), the cause is chained."""
+
+    def __init__(self, phase: str, cause: BaseException) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.phase = phase
+
+
+def init_rank(rank: int, spec: WorkerSpec, device_index: int | None = None) -> _Rank:
+    """Join the process group (``spec.init_method``), honouring an injected ``init`` fault.
+
+    ``device_index`` is the CUDA device under NCCL when the rank's launcher chose it (LOCAL_RANK);
+    spawned ranks take ``spec.devices[rank]``. Raises :class:`RankFailed`.
+    """
     try:
         faults = parse_faults(os.environ.get(FAULT_ENV, ""))
         first_op = spec.ops[0][0] if spec.ops else "init"
         _inject(fault_for(faults, rank, "init", first_op))
-        state = _init(rank, spec)
-        conn.send(("ready", rank))
+        return _init(rank, spec, device_index)
+    except BaseException as exc:
+        raise RankFailed("init", exc) from exc
+
+
+def run_ops(state: _Rank, send: Send) -> None:
+    """Run ``spec.ops`` in order, reporting ``start``/``result`` through ``send``; raises :class:`RankFailed`."""
+    spec, rank = state.spec, state.rank
+    phase = "init"
+    try:
+        faults = parse_faults(os.environ.get(FAULT_ENV, ""))
+        first_op = spec.ops[0][0] if spec.ops else "init"
         for op, size in spec.ops:
             phase = op
             fault = fault_for(faults, rank, op, first_op)
             _inject(fault)
-            conn.send(("start", rank, op))
+            send(("start", rank, op))
             payload = state.run(op, size, corrupt=fault is not None and fault.kind == "corrupt")
-            conn.send(("result", rank, op, payload))
-        phase = "shutdown"
-        state.dist.destroy_process_group()
+            send(("result", rank, op, payload))
+    except BaseException as exc:
+        raise RankFailed(phase, exc) from exc
+
+
+def worker_main(conn: Connection, rank: int, spec: WorkerSpec) -> None:
+    """Entry point of one spawned rank."""
+    os.environ.update(dict(spec.env))
+    try:
+        state = init_rank(rank, spec)
+        conn.send(("ready", rank))
+        run_ops(state, conn.send)
+        try:
+            state.dist.destroy_process_group()
+        except BaseException as exc:
+            raise RankFailed("shutdown", exc) from exc
         conn.send(("done", rank))
     except BaseException as exc:
+        phase = exc.phase if isinstance(exc, RankFailed) else "init"
+        cause = exc.__cause__ if isinstance(exc, RankFailed) and exc.__cause__ is not None else exc
         with contextlib.suppress(OSError, ValueError):
-            conn.send(("error", rank, phase, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+            conn.send(("error", rank, phase, f"{type(cause).__name__}: {cause}", traceback.format_exc()))
             conn.close()
         os._exit(1)  # skip interpreter teardown, which can block on a broken process group
     conn.close()

@@ -1,0 +1,158 @@
+"""Collectives over ranks that a launcher started (srun, torchrun): the same per-op code as the local harness.
+
+Locally, ``collectives.run_collectives`` spawns the ranks and a parent watches them. Here every
+rank is its own program: each joins the process group through ``init_method="env://"``, runs
+``worker.run_ops`` (the very code the spawned ranks run) and hands its per-op payload to rank 0
+with ``gather_object``; rank 0 alone turns them into :class:`CollectiveMeasurement` entries.
+
+No parent watches a launched job, so the process group's own timeout is the watchdog: a rank
+that crashes or hangs makes the others' next collective fail within ``op_timeout_s``, and rank 0
+records that op, and every op after it, as an error entry (fail closed).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_nvlink.measure import collectives as local
+from pytest_nvlink.measure.busbw import buffers_for, format_size
+from pytest_nvlink.measure.collectives import CollectiveSpec
+from pytest_nvlink.measure.ranks import RankInfo
+from pytest_nvlink.measure.worker import RankFailed, WorkerSpec, init_rank, run_ops
+from pytest_nvlink.model import CollectiveMeasurement
+
+ROOT = 0
+# Under NCCL a rank's CUDA device is its local rank, as torchrun and srun --gpus-per-task number them.
+
+
+@dataclass
+class Member:
+    """One rank as every rank sees it after the first all-gather."""
+
+    rank: int
+    host: str
+    local_rank: int
+
+
+@dataclass
+class Group:
+    """This rank's handle on the launched process group (``state`` None: it could not join)."""
+
+    info: RankInfo
+    spec: CollectiveSpec
+    ops: tuple[tuple[str, int], ...]
+    refused: dict[str, str]
+    state: Any = None
+    members: list[Member] = field(default_factory=list)
+    failure: str | None = None  # the first thing that broke the group, as rank 0 words it
+
+    @property
+    def is_root(self) -> bool:
+        return self.info.rank == ROOT
+
+    @property
+    def dist(self) -> Any:
+        return self.state.dist
+
+    def fail(self, where: str, exc: BaseException, started: float) -> str:
+        """Record the first failure; later ones only follow from it."""
+        cause = exc.__cause__ if isinstance(exc, RankFailed) and exc.__cause__ is not None else exc
+        text = (
+            f"rank {self.info.rank} ({self.info.host}) failed in {where} after {time.monotonic() - started:.1f} s: "
+            f"{type(cause).__name__}: {local._shorten(str(cause))}; another rank crashed, hung or left the job "
+            "(its own log says which)"
+        )
+        if self.failure is None:
+            self.failure = text
+        return text
+
+
+def worker_spec(spec: CollectiveSpec, ops: tuple[tuple[str, int], ...]) -> WorkerSpec:
+    """The spawned ranks' spec, with the env rendezvous and the op limit as the group's timeout."""
+    return WorkerSpec(
+        backend=spec.backend,
+        world_size=spec.world_size,
+        init_method="env://",
+        ops=ops,
+        iterations=spec.iterations,
+        warmup=spec.warmup,
+        pg_timeout_s=spec.op_timeout_s or spec.timeout_s,
+    )
+
+
+def join(info: RankInfo, spec: CollectiveSpec) -> Group:
+    """Join the job's process group and learn every rank's host; a failure is kept, not raised."""
+    ops, refused = local._plan(spec)
+    group = Group(info, spec, tuple(ops), refused)
+    started = time.monotonic()
+    try:
+        group.state = init_rank(info.rank, worker_spec(spec, group.ops), device_index=info.local_rank)
+        group.members = [Member(**json.loads(text)) for text in all_gather_json(group, _identity(info))]
+    except BaseException as exc:
+        group.fail("process-group init", exc, started)
+        group.state = None
+    return group
+
+
+def _identity(info: RankInfo) -> dict[str, Any]:
+    return {"rank": info.rank, "host": info.host, "local_rank": info.local_rank}
+
+
+def all_gather_json(group: Group, value: object) -> list[str]:
+    """Every rank's ``value`` as JSON text, in rank order (plain text crosses the wire, never objects)."""
+    gathered: list[Any] = [None] * group.info.world_size
+    group.dist.all_gather_object(gathered, json.dumps(value))
+    return [str(text) for text in gathered]
+
+
+def gather_json(group: Group, value: object) -> list[Any] | None:
+    """Every rank's ``value`` on rank 0, parsed back from JSON; None on the other ranks."""
+    gathered: list[Any] | None = [None] * group.info.world_size if group.is_root else None
+    group.dist.gather_object(json.dumps(value), gathered, dst=ROOT)
+    return None if gathered is None else [json.loads(str(text)) for text in gathered]
+
+
+def run_collectives(group: Group) -> list[CollectiveMeasurement]:
+    """Every rank runs the suite's ops; rank 0 returns one entry per op (others an empty list)."""
+    measured: dict[str, CollectiveMeasurement] = {}
+    if group.state is not None and group.failure is None:
+        started = time.monotonic()
+        try:
+            run_ops(group.state, _collector(group, measured))
+        except BaseException as exc:
+            phase = exc.phase if isinstance(exc, RankFailed) else "collectives"
+            group.fail(_phase_text(group, phase), exc, started)
+    if not group.is_root:
+        return []
+    return local._entries(group.spec, measured, group.refused, group.failure, None)
+
+
+def _phase_text(group: Group, phase: str) -> str:
+    size = dict(group.ops).get(phase)
+    if size is None:
+        return phase
+    return f"{phase} at {format_size(buffers_for(phase, size, group.info.world_size).size_bytes)}"
+
+
+def _collector(group: Group, measured: dict[str, CollectiveMeasurement]) -> Callable[[tuple[Any, ...]], None]:
+    sizes = dict(group.ops)
+
+    def send(message: tuple[Any, ...]) -> None:
+        if message[0] != "result":
+            return
+        op, payload = message[2], message[3]
+        payloads = gather_json(group, payload)
+        if payloads is not None:
+            measured[op] = local._measurement(group.spec, op, sizes[op], payloads)
+
+    return send
+
+
+def leave(group: Group) -> None:
+    """Destroy the process group when it is healthy; a broken one is left to process exit."""
+    if group.state is not None and group.failure is None:
+        group.dist.destroy_process_group()
