@@ -5,20 +5,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from launch_procs import free_port, launch, slurm_envs, slurm_port, torchrun_envs, write_suite
+from launch_procs import Finished, free_port, launch, slurm_envs, slurm_port, torchrun_envs, write_suite
 
+from pytest_nvlink.measure.ranks import derived_port
 from pytest_nvlink.model import Measurements
 from pytest_nvlink.snapshot import from_json
 
 
-def _collectives(tmp_path: Path, envs: list[dict[str, str]], *extra: str, waits_for: int | None = None):
+def _collectives(
+    tmp_path: Path, envs: list[dict[str, str]], *extra: str, waits_for: int | None = None
+) -> tuple[Path, list[Finished]]:
     suite = write_suite(tmp_path, gpus=len(envs))
     out = tmp_path / "out" / "collectives.json"
     args = ["collectives", "--suite", str(suite), "--backend", "gloo", "--out", str(out), *extra]
     return out, launch(args, envs, tmp_path, waits_for=waits_for)
 
 
-def test_torchrun_ranks_run_the_collectives_and_rank0_alone_writes(tmp_path):
+def test_torchrun_ranks_run_the_collectives_and_rank0_alone_writes(tmp_path: Path) -> None:
     hosts = ["tray-a", "tray-a", "tray-b"]
     out, finished = _collectives(tmp_path, torchrun_envs(3, free_port(), hosts))
     assert [f.returncode for f in finished] == [0, 0, 0], [f.stderr[-2000:] for f in finished]
@@ -47,8 +50,9 @@ def test_torchrun_ranks_run_the_collectives_and_rank0_alone_writes(tmp_path):
     }
 
 
-def test_slurm_tasks_meet_at_the_first_host_on_the_job_port(tmp_path):
+def test_slurm_tasks_meet_at_the_first_host_on_the_job_port(tmp_path: Path) -> None:
     port, job_id = slurm_port()
+    assert derived_port(job_id) == port  # the ranks can only meet there if the derivation holds
     envs = slurm_envs(2, job_id, ["node1", "node2"], nodelist="localhost,node[2-9]")
     out, finished = _collectives(tmp_path, envs)
     assert [f.returncode for f in finished] == [0, 0], [f.stderr[-2000:] for f in finished]
@@ -58,7 +62,7 @@ def test_slurm_tasks_meet_at_the_first_host_on_the_job_port(tmp_path):
     assert all(entry["correct"] for entry in document["measurements"]["collectives"])
 
 
-def test_a_crashed_rank_fails_closed_with_an_error_entry(tmp_path):
+def test_a_crashed_rank_fails_closed_with_an_error_entry(tmp_path: Path) -> None:
     envs = torchrun_envs(2, free_port(), ["a", "b"])
     for env in envs:
         env["PYTEST_NVLINK_TEST_FAULT"] = "crash:rank=1:op=all_gather"
@@ -75,7 +79,7 @@ def test_a_crashed_rank_fails_closed_with_an_error_entry(tmp_path):
     assert "pytest-nvlink launch: rank 0 (a) failed in all_gather" in finished[0].stderr
 
 
-def test_a_hung_rank_makes_rank0_time_out_and_record_it(tmp_path):
+def test_a_hung_rank_makes_rank0_time_out_and_record_it(tmp_path: Path) -> None:
     envs = torchrun_envs(2, free_port(), ["a", "b"])
     for env in envs:
         env["PYTEST_NVLINK_TEST_FAULT"] = "hang:rank=1:op=all_reduce"
