@@ -151,7 +151,7 @@ def write_trays(folder: Path, hosts: list[str], gpus: int = 2) -> Path:
 SUITE = """\
 [suite]
 description = "pretend rack for the launch tests"
-thresholds = "{thresholds}"
+thresholds = "h100-sxm"
 gpu_count = {gpus}
 gpu_models = ["NVIDIA H100 80GB HBM3"]
 nvswitch = true
@@ -170,7 +170,6 @@ collectives = ["all_reduce", "all_gather"]
 """
 
 THRESHOLDS = """\
-extends = "h100-sxm"
 schema = 1
 
 [collectives.all_reduce]
@@ -187,9 +186,10 @@ busbw_min_gbps = 0.0001
 """
 
 
-def write_suite(folder: Path, gpus: int) -> Path:
+def write_suite(folder: Path, gpus: int) -> tuple[Path, Path]:
+    """A suite of ``gpus`` H100s measuring tiny collectives, and the site thresholds that make them tiny."""
     thresholds = folder / "tiny-thresholds.toml"
     thresholds.write_text(THRESHOLDS)
     suite = folder / "tiny-suite.toml"
-    suite.write_text(SUITE.format(thresholds=thresholds, gpus=gpus))
-    return suite
+    suite.write_text(SUITE.format(gpus=gpus))
+    return suite, thresholds

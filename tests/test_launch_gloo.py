@@ -15,9 +15,20 @@ from pytest_nvlink.snapshot import from_json
 def _collectives(
     tmp_path: Path, envs: list[dict[str, str]], *extra: str, waits_for: int | None = None
 ) -> tuple[Path, list[Finished]]:
-    suite = write_suite(tmp_path, gpus=len(envs))
+    suite, thresholds = write_suite(tmp_path, gpus=len(envs))
     out = tmp_path / "out" / "collectives.json"
-    args = ["collectives", "--suite", str(suite), "--backend", "gloo", "--out", str(out), *extra]
+    args = [
+        "collectives",
+        "--suite",
+        str(suite),
+        "--thresholds",
+        str(thresholds),
+        "--backend",
+        "gloo",
+        "--out",
+        str(out),
+        *extra,
+    ]
     return out, launch(args, envs, tmp_path, waits_for=waits_for)
 
 

@@ -275,6 +275,8 @@ def judge_command(settings: Settings, snapshot: Path, out_dir: Path) -> list[str
         sys.executable,
         "-m",
         "pytest",
+        "-p",
+        "no:cacheprovider",  # rank 0 writes the verdict files and nothing else
         f"--nvlink-suite={suite}",
         f"--nvlink-replay={snapshot}",
         f"--nvlink-json={out_dir / 'results.json'}",
