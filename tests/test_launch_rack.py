@@ -55,3 +55,32 @@ def test_rack_merges_three_trays_measures_and_judges_on_rank0(tmp_path: Path) ->
     assert outcome["test_topology.py::test_path[gpu1-gpu2]"]["outcome"] == "fail"
     assert finished[0].returncode == (0 if results["verdict"] == "PASS" else 1)
     assert "judging the rack" in finished[0].stdout
+
+
+def test_a_lost_tray_and_a_crashed_rank_fail_the_rack_closed(tmp_path: Path) -> None:
+    suite, thresholds = write_suite(tmp_path, gpus=2)
+    pattern = write_trays(tmp_path / "trays", ["tray-a"], gpus=1)  # none for tray-b: its probe fails
+    out = tmp_path / "rack"
+    envs = torchrun_envs(2, free_port(), ["tray-a", "tray-b"])
+    for env in envs:
+        env["PYTEST_NVLINK_TEST_FAULT"] = "crash:rank=1:op=all_gather"
+    args = ["rack", "--suite", str(suite), "--thresholds", str(thresholds), "--backend", "gloo", "--timeout-s", "20"]
+    args += ["--out-dir", str(out), "--tray-snapshot", str(pattern)]
+    rank0, rank1 = launch([*args, "--", "-p", "no:randomly"], envs, tmp_path)
+    assert rank1.returncode == -9
+    assert rank0.returncode == 1, rank0.stderr[-2000:]
+    node = load_snapshot(out / "rack-snapshot.json")
+    assert len(node.probe_errors) == 1
+    assert node.probe_errors[0].startswith("tray tray-b (ranks 1): probe failed: RuntimeError: tray snapshot ")
+    assert [(g.host, g.problem) for g in node.gpus] == [
+        ("tray-a", None),
+        ("tray-b", "not probed: the probe of tray tray-b failed"),
+    ]
+    reduce, gather = node.measurements.collectives
+    assert (reduce.correct, reduce.error) == (True, None)
+    assert gather.error is not None
+    assert gather.error.startswith("rank 0 (tray-a) failed in all_gather at 1 MiB")
+    (pair,) = node.measurements.p2p
+    assert (pair.src, pair.dst, pair.value, pair.error) == (0, 1, None, gather.error)
+    results = json.loads((out / "results.json").read_text())
+    assert results["verdict"] == "FAIL"
