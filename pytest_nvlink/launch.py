@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_nvlink.config import ConfigError, load_suite, load_thresholds
-from pytest_nvlink.measure.launch_run import Settings, run_collectives_command, run_rack_command
+from pytest_nvlink.measure.launch_run import RACK_SNAPSHOT, Settings, run_collectives_command, run_rack_command
 from pytest_nvlink.measure.ranks import RankEnvError, rank_info
 from pytest_nvlink.measure.sendrecv import DEFAULT_CROSS_PEERS
+from pytest_nvlink.snapshot import SnapshotError, check_writable
 
 PROG = "python -m pytest_nvlink.launch"
 
@@ -69,7 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         suite = load_suite(args.suite)
         thresholds = load_thresholds(suite.thresholds_ref, args.thresholds)
         info = rank_info(os.environ)
-    except (ConfigError, RankEnvError) as exc:
+        if info.rank == 0:  # refuse an unwritable target now, not after the whole job has run
+            check_writable(args.out if args.command == "collectives" else args.out_dir / RACK_SNAPSHOT)
+    except (ConfigError, RankEnvError, SnapshotError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     os.environ.update(info.rendezvous_env())

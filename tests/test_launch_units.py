@@ -10,6 +10,7 @@ from launch_procs import tray_node
 
 from pytest_nvlink import launch
 from pytest_nvlink.measure import rack, sendrecv
+from pytest_nvlink.measure.launched import Member, contradiction
 from pytest_nvlink.measure.ranks import PORT_BASE, PORT_SPAN, RankEnvError, derived_port, first_host, rank_info
 from pytest_nvlink.snapshot import node_from_document, snapshot_document
 
@@ -240,3 +241,38 @@ def test_sendrecv_entries_fail_closed() -> None:
     assert (wrong.value, wrong.error) == (None, "the data received differs from what the peer sent")
     (lost, _) = sendrecv.measurements(results[1:], plan, {r: r for r in range(4)}, "gloo", "rank 0 died")
     assert (lost.value, lost.error) == (None, "rank 0 died")
+
+
+def test_rank0_refuses_an_unwritable_target_before_joining(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    for name, value in TORCHRUN.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("RANK", "0")
+    (tmp_path / "taken").mkdir()
+    code = launch.main(["collectives", "--suite", "h100-8gpu", "--out", str(tmp_path / "taken")])
+    assert code == 2
+    assert "is a folder; give a file name" in capsys.readouterr().err
+
+
+def test_two_ranks_claiming_one_gpu_slot_are_a_contradiction() -> None:
+    members = [Member(0, "a", 0), Member(1, "a", 1), Member(2, "a", 1)]
+    text = contradiction(members)
+    assert text is not None
+    assert text.startswith("ranks 1 and 2 both say they are local rank 1 on host a;")
+    assert contradiction(members[:2]) is None
+
+
+def test_more_ranks_than_probed_gpus_keep_the_numbering_of_the_next_tray() -> None:
+    probes = [_probe("tray-a", [0, 1, 2], gpus=2), _probe("tray-b", [3, 4], gpus=2)]
+    trays = rack.read_trays(probes)
+    node = rack.merge_trays(trays, "r")
+    assert [(g.index, g.host, g.local_index) for g in node.gpus] == [
+        (0, "tray-a", 0),
+        (1, "tray-a", 1),
+        (2, "tray-a", 2),
+        (3, "tray-b", 0),
+        (4, "tray-b", 1),
+    ]
+    assert node.gpus[2].problem == "not probed: tray tray-a runs 3 ranks but its probe lists 2 GPUs"
+    assert rack.rank_gpus(trays, {0: 0, 1: 1, 2: 2, 3: 0, 4: 1}) == {0: 0, 1: 1, 2: 2, 3: 3, 4: 4}

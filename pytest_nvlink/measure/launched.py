@@ -63,8 +63,8 @@ class Group:
         cause = exc.__cause__ if isinstance(exc, RankFailed) and exc.__cause__ is not None else exc
         text = (
             f"rank {self.info.rank} ({self.info.host}) failed in {where} after {time.monotonic() - started:.1f} s: "
-            f"{type(cause).__name__}: {local._shorten(str(cause))}; another rank crashed, hung or left the job "
-            "(its own log says which)"
+            f"{type(cause).__name__}: {local._shorten(str(cause))} (a rank that crashed, hung or left the job "
+            "shows up this way on the others; each rank's stderr says which)"
         )
         if self.failure is None:
             self.failure = text
@@ -95,7 +95,24 @@ def join(info: RankInfo, spec: CollectiveSpec) -> Group:
     except BaseException as exc:
         group.fail("process-group init", exc, started)
         group.state = None
+        return group
+    group.failure = contradiction(group.members)
     return group
+
+
+def contradiction(members: list[Member]) -> str | None:
+    """Two ranks claiming one GPU slot: the launcher's local ranks or the host names are wrong."""
+    seen: dict[tuple[str, int], int] = {}
+    for member in members:
+        key = (member.host, member.local_rank)
+        if key in seen:
+            return (
+                f"ranks {seen[key]} and {member.rank} both say they are local rank {member.local_rank} on host "
+                f"{member.host}; LOCAL_RANK/SLURM_LOCALID or the host names (PYTEST_NVLINK_HOST, SLURMD_NODENAME) "
+                "contradict each other"
+            )
+        seen[key] = member.rank
+    return None
 
 
 def _identity(info: RankInfo) -> dict[str, Any]:

@@ -67,7 +67,7 @@ def read_trays(probes: Sequence[TrayProbe]) -> list[Tray]:
         if node is None and error is None:
             error = "no probe arrived from its local rank 0"
         trays.append(Tray(probe.host, list(probe.ranks), offset, node, error))
-        offset += len(node.gpus) if node is not None else len(probe.ranks)
+        offset += max(len(node.gpus), len(probe.ranks)) if node is not None else len(probe.ranks)
     return trays
 
 
@@ -109,6 +109,10 @@ def _add_tray(rack: Node, tray: Tray, node: Node, paths: list[PairPath], statuse
     shift = tray.offset
     for gpu in node.gpus:
         rack.gpus.append(dataclasses.replace(gpu, index=gpu.index + shift, host=tray.host, local_index=gpu.index))
+    for local in range(len(node.gpus), len(tray.ranks)):
+        # More ranks than GPUs on the host: a rank's GPU would otherwise take the next tray's number.
+        problem = f"not probed: tray {tray.host} runs {len(tray.ranks)} ranks but its probe lists {len(node.gpus)} GPUs"
+        rack.gpus.append(Gpu(index=shift + local, host=tray.host, local_index=local, problem=problem))
     if node.paths is None:
         rack.unknown_reasons[f"paths.{tray.host}"] = f"tray {tray.host} reported no path classes"
     for path in node.paths or []:
