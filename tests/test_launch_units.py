@@ -9,7 +9,9 @@ import pytest
 from launch_procs import tray_node
 
 from pytest_nvlink import launch
+from pytest_nvlink.config import load_suite, load_thresholds
 from pytest_nvlink.measure import rack, sendrecv
+from pytest_nvlink.measure.launch_run import Settings, judge_command
 from pytest_nvlink.measure.launched import Member, contradiction
 from pytest_nvlink.measure.ranks import PORT_BASE, PORT_SPAN, RankEnvError, derived_port, first_host, rank_info
 from pytest_nvlink.snapshot import node_from_document, snapshot_document
@@ -276,3 +278,21 @@ def test_more_ranks_than_probed_gpus_keep_the_numbering_of_the_next_tray() -> No
     ]
     assert node.gpus[2].problem == "not probed: tray tray-a runs 3 ranks but its probe lists 2 GPUs"
     assert rack.rank_gpus(trays, {0: 0, 1: 1, 2: 2, 3: 0, 4: 1}) == {0: 0, 1: 1, 2: 2, 3: 3, 4: 4}
+
+
+def test_the_judging_pytest_gets_absolute_paths(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "suites" / "mine.toml").write_text(load_suite("h100-8gpu").file.read_text())
+    monkeypatch.chdir(tmp_path)
+    suite = load_suite("suites/mine.toml")
+    settings = Settings(suite, load_thresholds(suite.thresholds_ref), "gloo", Path("site.toml"), pytest_args=("-q",))
+    command = judge_command(settings, Path("out/rack-snapshot.json"), Path("out"))
+    assert command[1:6] == ["-m", "pytest", "-p", "no:cacheprovider", f"--nvlink-suite={tmp_path}/suites/mine.toml"]
+    assert command[6:] == [
+        f"--nvlink-replay={tmp_path}/out/rack-snapshot.json",
+        f"--nvlink-json={tmp_path}/out/results.json",
+        f"--junitxml={tmp_path}/out/junit.xml",
+        f"--nvlink-report={tmp_path}/out/report.html",
+        f"--nvlink-thresholds={tmp_path}/site.toml",
+        "-q",
+    ]

@@ -269,19 +269,22 @@ def _on_gpus(entry: CollectiveMeasurement, gpu_of: dict[int, int]) -> Collective
 
 
 def judge_command(settings: Settings, snapshot: Path, out_dir: Path) -> list[str]:
-    """The pytest run that judges the rack snapshot and writes the rack's one verdict."""
-    suite = str(settings.suite.file)
+    """The pytest run that judges the rack snapshot and writes the rack's one verdict.
+
+    It runs in ``out_dir`` (so that it picks up no project's ini file), hence every path is absolute.
+    """
+    out = out_dir.resolve()
     command = [
         sys.executable,
         "-m",
         "pytest",
         "-p",
         "no:cacheprovider",  # rank 0 writes the verdict files and nothing else
-        f"--nvlink-suite={suite}",
-        f"--nvlink-replay={snapshot}",
-        f"--nvlink-json={out_dir / 'results.json'}",
-        f"--junitxml={out_dir / 'junit.xml'}",
-        f"--nvlink-report={out_dir / 'report.html'}",
+        f"--nvlink-suite={settings.suite.file.resolve()}",
+        f"--nvlink-replay={snapshot.resolve()}",
+        f"--nvlink-json={out / 'results.json'}",
+        f"--junitxml={out / 'junit.xml'}",
+        f"--nvlink-report={out / 'report.html'}",
     ]
     if settings.site_thresholds is not None:
         command.append(f"--nvlink-thresholds={settings.site_thresholds.resolve()}")
