@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -11,9 +12,17 @@ from launch_procs import tray_node
 from pytest_nvlink import launch
 from pytest_nvlink.config import load_suite, load_thresholds
 from pytest_nvlink.measure import rack, sendrecv
-from pytest_nvlink.measure.launch_run import Settings, judge_command
+from pytest_nvlink.measure.launch_run import Settings, judge_command, tray_document
 from pytest_nvlink.measure.launched import Member, contradiction
-from pytest_nvlink.measure.ranks import PORT_BASE, PORT_SPAN, RankEnvError, derived_port, first_host, rank_info
+from pytest_nvlink.measure.ranks import (
+    PORT_BASE,
+    PORT_SPAN,
+    RankEnvError,
+    RankInfo,
+    derived_port,
+    first_host,
+    rank_info,
+)
 from pytest_nvlink.snapshot import node_from_document, snapshot_document
 
 TORCHRUN = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "head", "MASTER_PORT": "29500"}
@@ -296,3 +305,22 @@ def test_the_judging_pytest_gets_absolute_paths(monkeypatch: pytest.MonkeyPatch,
         f"--nvlink-thresholds={tmp_path}/site.toml",
         "-q",
     ]
+
+
+def _info(host: str) -> RankInfo:
+    return RankInfo(0, 2, 0, "head", 12000, "torchrun", host)
+
+
+def test_a_tray_probe_is_a_snapshot_document_or_its_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    settings = Settings(load_suite("h100-8gpu"), load_thresholds("h100-sxm"), "gloo")
+    from pytest_nvlink import nvml_probe
+
+    monkeypatch.setattr(nvml_probe, "probe_node", lambda: tray_node("tray-live"))
+    probed = tray_document(_info("tray-live"), settings, "gloo")
+    assert node_from_document(probed["document"], "t").gpus[0].uuid == tray_node("tray-live").gpus[0].uuid
+    replayed = dataclasses.replace(settings, tray_snapshot=str(tmp_path / "{host}.json"))
+    missing = tray_document(_info("tray-x"), replayed, "gloo")
+    assert missing == {
+        "host": "tray-x",
+        "error": f"RuntimeError: tray snapshot {tmp_path}/tray-x.json: snapshot file not found",
+    }

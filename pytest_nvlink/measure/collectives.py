@@ -106,7 +106,7 @@ def child_env(spec: CollectiveSpec, tmpdir: Path, environ: Mapping[str, str]) ->
 # --- the watched process group -----------------------------------------------------------------
 
 
-def _shorten(text: str, limit: int = 240) -> str:
+def shorten(text: str, limit: int = 240) -> str:
     line = text.strip().splitlines()[0] if text.strip() else text
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
@@ -175,7 +175,7 @@ class _Group:
 
     def _finish_op(self, op: str, size: int) -> None:
         payloads = list(self.results[op].values())
-        measurement = _measurement(self.spec, op, size, payloads)
+        measurement = measurement_of(self.spec, op, size, payloads)
         self.measurements.append(measurement)
         if self.progress is not None:
             self.progress(_progress_line(measurement))
@@ -216,7 +216,7 @@ class _Group:
         for rank, process in enumerate(self.processes):
             who = f"rank {rank} ({self.spec.rank_device(rank)})"
             if rank in self.errors:
-                text = _shorten(self.errors[rank][1])
+                text = shorten(self.errors[rank][1])
                 exit_text = "" if process.exitcode is None else f", {_proc.describe_exit(process.exitcode)}"
                 raised.append(f"{who} raised {text} during {self._phase_of(rank)}{exit_text}")
             elif rank not in self.done and not process.is_alive():
@@ -262,7 +262,7 @@ def rank_time_s(payloads: Iterable[Mapping[str, Any]]) -> float:
     return sum(times) / len(times) if times else 0.0
 
 
-def _measurement(spec: CollectiveSpec, op: str, size: int, payloads: list[dict[str, Any]]) -> CollectiveMeasurement:
+def measurement_of(spec: CollectiveSpec, op: str, size: int, payloads: list[dict[str, Any]]) -> CollectiveMeasurement:
     buffers = buffers_for(op, size, spec.world_size)
     seconds = rank_time_s(payloads)
     algbw, busbw = bandwidth(buffers, seconds) if seconds > 0 else (None, None)
@@ -336,7 +336,7 @@ def nccl_audit(logs: Mapping[str, str], env: Mapping[str, str]) -> NcclAudit:
 # --- the session -------------------------------------------------------------------------------
 
 
-def _plan(spec: CollectiveSpec) -> tuple[list[tuple[str, int]], dict[str, str]]:
+def plan_ops(spec: CollectiveSpec) -> tuple[list[tuple[str, int]], dict[str, str]]:
     """The (op, size) pairs the ranks will run, and errors for those that cannot run at all."""
     runnable, refused = [], {}
     for op, size in spec.sizes:
@@ -381,7 +381,7 @@ def _watch(group: _Group) -> str | None:
 
 def run_collectives(spec: CollectiveSpec, progress: Progress | None = None) -> CollectiveRun:
     """Run every op of ``spec`` in one process group; always returns one entry per op."""
-    ops, refused = _plan(spec)
+    ops, refused = plan_ops(spec)
     tmpdir = Path(tempfile.mkdtemp(prefix="pytest-nvlink-"))
     try:
         failure: str | None = None
@@ -403,10 +403,10 @@ def run_collectives(spec: CollectiveSpec, progress: Progress | None = None) -> C
     audit = nccl_audit(logs, recorded_nccl_env(os.environ)) if spec.backend == "nccl" else None
     if failure is not None and audit is not None and audit.last_warn:
         failure += f"; last NCCL WARN: {audit.last_warn}"
-    return CollectiveRun(_entries(spec, measured, refused, failure, audit), audit, logs, pids)
+    return CollectiveRun(entries_for(spec, measured, refused, failure, audit), audit, logs, pids)
 
 
-def _entries(
+def entries_for(
     spec: CollectiveSpec,
     measured: dict[str, CollectiveMeasurement],
     refused: dict[str, str],

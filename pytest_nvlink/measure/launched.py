@@ -63,7 +63,7 @@ class Group:
         cause = exc.__cause__ if isinstance(exc, RankFailed) and exc.__cause__ is not None else exc
         text = (
             f"rank {self.info.rank} ({self.info.host}) failed in {where} after {time.monotonic() - started:.1f} s: "
-            f"{type(cause).__name__}: {local._shorten(str(cause))} (a rank that crashed, hung or left the job "
+            f"{type(cause).__name__}: {local.shorten(str(cause))} (a rank that crashed, hung or left the job "
             "shows up this way on the others; each rank's stderr says which)"
         )
         if self.failure is None:
@@ -86,7 +86,7 @@ def worker_spec(spec: CollectiveSpec, ops: tuple[tuple[str, int], ...]) -> Worke
 
 def join(info: RankInfo, spec: CollectiveSpec) -> Group:
     """Join the job's process group and learn every rank's host; a failure is kept, not raised."""
-    ops, refused = local._plan(spec)
+    ops, refused = local.plan_ops(spec)
     group = Group(info, spec, tuple(ops), refused)
     started = time.monotonic()
     try:
@@ -145,7 +145,7 @@ def run_collectives(group: Group) -> list[CollectiveMeasurement]:
             group.fail(_phase_text(group, phase), exc, started)
     if not group.is_root:
         return []
-    return local._entries(group.spec, measured, group.refused, group.failure, None)
+    return local.entries_for(group.spec, measured, group.refused, group.failure, None)
 
 
 def _phase_text(group: Group, phase: str) -> str:
@@ -164,7 +164,7 @@ def _collector(group: Group, measured: dict[str, CollectiveMeasurement]) -> Call
         op, payload = message[2], message[3]
         payloads = gather_json(group, payload)
         if payloads is not None:
-            measured[op] = local._measurement(group.spec, op, sizes[op], payloads)
+            measured[op] = local.measurement_of(group.spec, op, sizes[op], payloads)
 
     return send
 

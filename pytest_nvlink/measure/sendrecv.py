@@ -16,7 +16,7 @@ from typing import Any
 
 from pytest_nvlink.measure.busbw import GB, MIB
 from pytest_nvlink.measure.launched import Group, gather_json
-from pytest_nvlink.measure.worker import _Data
+from pytest_nvlink.measure.worker import PatternData
 from pytest_nvlink.model import P2PMeasurement
 
 DEFAULT_CROSS_PEERS = 3
@@ -93,7 +93,7 @@ def _exchange(group: Group, peer: int, plan: SendRecvPlan) -> dict[str, Any]:
     """Both ranks of a pair send and receive at once; this rank's time per exchange and its check."""
     state, dist, torch = group.state, group.dist, group.state.torch
     numel = plan.size_bytes // 4
-    data = _Data(torch, state.device, state.rank, group.info.world_size)
+    data = PatternData(torch, state.device, state.rank, group.info.world_size)
     send = data.pattern(numel, state.rank + 1)
     recv = torch.empty(numel, dtype=torch.float32, device=state.device)
 

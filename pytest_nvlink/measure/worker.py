@@ -91,7 +91,7 @@ def _inject(fault: Fault | None) -> None:
 # --- fills and checks: integer-valued float32, so every expected value is exact ---------------
 
 
-class _Data:
+class PatternData:
     """Deterministic per-rank inputs and exact expected outputs (like nccl-tests' -c check)."""
 
     def __init__(self, torch: Any, device: Any, rank: int, n: int) -> None:
@@ -202,7 +202,7 @@ class _Rank:
         in_place = op in ("all_reduce", "broadcast")
         recv = send if in_place else torch.empty(buffers.recv_numel, dtype=torch.float32, device=self.device)
         call = _call(self.dist, op, send, recv)
-        data = _Data(torch, self.device, self.rank, n)
+        data = PatternData(torch, self.device, self.rank, n)
         data.fill(op, buffers, send)
         for _ in range(self.spec.warmup):
             call()
