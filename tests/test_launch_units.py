@@ -12,8 +12,9 @@ from launch_procs import tray_node
 from pytest_nvlink import launch
 from pytest_nvlink.config import load_suite, load_thresholds
 from pytest_nvlink.measure import rack, sendrecv
+from pytest_nvlink.measure.collectives import CollectiveSpec
 from pytest_nvlink.measure.launch_run import Settings, judge_command, tray_document
-from pytest_nvlink.measure.launched import Member, contradiction
+from pytest_nvlink.measure.launched import Group, Member, contradiction, nccl_audit
 from pytest_nvlink.measure.ranks import (
     PORT_BASE,
     PORT_SPAN,
@@ -324,3 +325,22 @@ def test_a_tray_probe_is_a_snapshot_document_or_its_error(monkeypatch: pytest.Mo
         "host": "tray-x",
         "error": f"RuntimeError: tray snapshot {tmp_path}/tray-x.json: snapshot file not found",
     }
+
+
+def test_nccl_logs_of_a_launched_rank_become_the_audit(tmp_path: Path) -> None:
+    sample = Path(__file__).parent / "data" / "evidence" / "nccl-debug" / "h20-nvlink-two-pods-p2p-cumem-nccl1781.txt"
+    (tmp_path / "nccl.host.1").write_text(sample.read_text())
+    spec = CollectiveSpec("nccl", 2, (("all_reduce", 1 << 20),))
+    group = Group(_info("tray-a"), spec, (), {}, log_dir=tmp_path, recorded_env={"NCCL_P2P_LEVEL": "NVL"})
+    group.failure = "rank 1 died"  # a broken group: rank 0 audits its own log alone
+    audit = nccl_audit(group)
+    assert audit is not None
+    assert audit.env == {"NCCL_HOSTID": "10.10.10.10", "NCCL_P2P_LEVEL": "NVL"}  # from the log, and ours
+    assert audit.channels
+    assert {channel.detail for channel in audit.channels} == {"P2P/CUMEM"}
+    assert not tmp_path.exists()  # the rank's log folder is cleaned up
+
+
+def test_gloo_ranks_have_no_nccl_audit() -> None:
+    spec = CollectiveSpec("gloo", 2, (("all_reduce", 1 << 20),))
+    assert nccl_audit(Group(_info("a"), spec, (), {})) is None

@@ -28,7 +28,14 @@ from pytest_nvlink.measure.collectives import CollectiveSpec
 from pytest_nvlink.measure.launched import Group
 from pytest_nvlink.measure.ranks import RankInfo
 from pytest_nvlink.measure.runner import sizes_from_thresholds
-from pytest_nvlink.model import CollectiveMeasurement, Environment, Measurements, Node, P2PMeasurement
+from pytest_nvlink.model import (
+    CollectiveMeasurement,
+    Environment,
+    Measurements,
+    NcclAudit,
+    Node,
+    P2PMeasurement,
+)
 from pytest_nvlink.snapshot import SnapshotError, load_snapshot, save_snapshot, snapshot_document
 
 LAUNCH_KIND = "pytest-nvlink-launch"
@@ -95,7 +102,15 @@ def _ranks(group: Group) -> list[dict[str, Any]]:
     return [{"rank": group.info.rank, "host": group.info.host, "local_rank": group.info.local_rank}]
 
 
-def collectives_document(group: Group, settings: Settings, entries: list[CollectiveMeasurement]) -> dict[str, Any]:
+def with_audit(entries: list[CollectiveMeasurement], audit: NcclAudit | None) -> list[CollectiveMeasurement]:
+    if audit is None:
+        return entries
+    return [dataclasses.replace(entry, nvls_available=audit.nvls_available) for entry in entries]
+
+
+def collectives_document(
+    group: Group, settings: Settings, entries: list[CollectiveMeasurement], audit: NcclAudit | None = None
+) -> dict[str, Any]:
     """What rank 0 writes for ``collectives``: the measurements as a snapshot holds them, and who ran them."""
     ranks = _ranks(group)
     return {
@@ -111,7 +126,7 @@ def collectives_document(group: Group, settings: Settings, entries: list[Collect
         "world_size": group.info.world_size,
         "ranks": ranks,
         "hosts": list(dict.fromkeys(str(r["host"]) for r in ranks)),
-        "measurements": dataclasses.asdict(Measurements(collectives=entries)),
+        "measurements": dataclasses.asdict(Measurements(collectives=with_audit(entries, audit), nccl=audit)),
         "error": group.failure,
     }
 
@@ -123,9 +138,10 @@ def _entries_failed(entries: Sequence[CollectiveMeasurement | P2PMeasurement]) -
 def run_collectives_command(info: RankInfo, settings: Settings, out: Path) -> int:
     group = launched.join(info, collective_spec(settings, info.world_size))
     entries = stamped(launched.run_collectives(group), settings, info)
+    audit = launched.nccl_audit(group)
     code = 1 if group.failure is not None else 0
     if group.is_root:
-        _write_json(out, collectives_document(group, settings, entries))
+        _write_json(out, collectives_document(group, settings, entries, audit))
         code = 1 if code or _entries_failed(entries) else 0
     _report(group)
     launched.leave(group)
@@ -241,13 +257,15 @@ def run_rack_command(info: RankInfo, settings: Settings, out_dir: Path) -> int:
     probes = _gather_trays(group, settings)
     collectives = stamped(launched.run_collectives(group), settings, info)
     plan, results = _sendrecv(group, settings)
+    audit = launched.nccl_audit(group)
     _report(group)
     if not group.is_root:
         launched.leave(group)
         return 1 if group.failure is not None else 0
     node, gpu_of = rack_node(group, settings, probes)
     pairs = sendrecv.measurements(results, plan, gpu_of, settings.backend, group.failure)
-    node.measurements = Measurements(p2p=pairs, collectives=[_on_gpus(c, gpu_of) for c in collectives])
+    on_gpus = [_on_gpus(c, gpu_of) for c in with_audit(collectives, audit)]
+    node.measurements = Measurements(p2p=pairs, collectives=on_gpus, nccl=audit)
     node.environment = Environment(
         versions=live_versions(),
         suite=settings.suite.name,

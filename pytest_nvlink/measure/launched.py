@@ -13,9 +13,13 @@ records that op, and every op after it, as an error entry (fail closed).
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pytest_nvlink.measure import collectives as local
@@ -23,7 +27,7 @@ from pytest_nvlink.measure.busbw import buffers_for, format_size
 from pytest_nvlink.measure.collectives import CollectiveSpec
 from pytest_nvlink.measure.ranks import RankInfo
 from pytest_nvlink.measure.worker import RankFailed, WorkerSpec, init_rank, run_ops
-from pytest_nvlink.model import CollectiveMeasurement
+from pytest_nvlink.model import CollectiveMeasurement, NcclAudit
 
 ROOT = 0
 # Under NCCL a rank's CUDA device is its local rank, as torchrun and srun --gpus-per-task number them.
@@ -49,6 +53,8 @@ class Group:
     state: Any = None
     members: list[Member] = field(default_factory=list)
     failure: str | None = None  # the first thing that broke the group, as rank 0 words it
+    log_dir: Path | None = None  # NCCL only: this rank's NCCL_DEBUG_FILE folder
+    recorded_env: dict[str, str] = field(default_factory=dict)  # the user's NCCL_* settings
 
     @property
     def is_root(self) -> bool:
@@ -88,6 +94,10 @@ def join(info: RankInfo, spec: CollectiveSpec) -> Group:
     """Join the job's process group and learn every rank's host; a failure is kept, not raised."""
     ops, refused = local.plan_ops(spec)
     group = Group(info, spec, tuple(ops), refused)
+    if spec.backend == "nccl":  # as the local harness: NCCL's INFO log says which transports it used
+        group.recorded_env = local.recorded_nccl_env(os.environ)
+        group.log_dir = Path(tempfile.mkdtemp(prefix="pytest-nvlink-nccl-"))
+        os.environ.update(local.child_env(spec, group.log_dir, os.environ))
     started = time.monotonic()
     try:
         group.state = init_rank(info.rank, worker_spec(spec, group.ops), device_index=info.local_rank)
@@ -173,3 +183,20 @@ def leave(group: Group) -> None:
     """Destroy the process group when it is healthy; a broken one is left to process exit."""
     if group.state is not None and group.failure is None:
         group.dist.destroy_process_group()
+
+
+def nccl_audit(group: Group) -> NcclAudit | None:
+    """Rank 0: every rank's NCCL log parsed into one audit (its own alone when the group broke); None on gloo."""
+    if group.log_dir is None:
+        return None
+    logs = local.read_logs(group.log_dir)
+    shutil.rmtree(group.log_dir, ignore_errors=True)
+    if group.state is not None and group.failure is None:
+        started = time.monotonic()
+        try:
+            gathered = gather_json(group, logs)
+        except Exception as exc:
+            group.fail("gathering the NCCL logs", exc, started)
+        else:
+            logs = {name: text for item in gathered or [] for name, text in item.items()} or logs
+    return local.nccl_audit(logs, group.recorded_env) if group.is_root else None
