@@ -181,7 +181,7 @@ def _tray_node(info: RankInfo, settings: Settings, backend: str) -> Node:
     return node
 
 
-def _probes(group: Group, gathered: list[Any] | None, own: dict[str, Any]) -> list[rack.TrayProbe]:
+def _probes(group: Group, gathered: list[Any] | None, own: dict[str, Any] | None) -> list[rack.TrayProbe]:
     """One probe per host; hosts whose probe never arrived carry the group's failure."""
     by_host: dict[str, list[int]] = {}
     for member in sorted(group.members, key=lambda m: (m.host, m.local_rank)):
@@ -189,7 +189,7 @@ def _probes(group: Group, gathered: list[Any] | None, own: dict[str, Any]) -> li
     if not by_host:
         by_host[group.info.host] = [group.info.rank]
     sent = {str(item["host"]): item for item in gathered or [] if item is not None}
-    if group.info.local_rank == 0:
+    if own is not None:  # rank 0 probed its own host: kept even when the gather broke
         sent.setdefault(own["host"], own)
     probes = []
     for host, ranks in by_host.items():
@@ -212,7 +212,7 @@ def _gather_trays(group: Group, settings: Settings) -> list[rack.TrayProbe]:
             group.fail("gathering the trays' probes", exc, time.monotonic())
     if not group.is_root:
         return []
-    return _probes(group, gathered, own or {"host": group.info.host, "error": "not the host's local rank 0"})
+    return _probes(group, gathered, own)
 
 
 def _trays_of_ranks(group: Group) -> list[list[int]]:

@@ -6,6 +6,9 @@ The parent sends a :class:`WorkerSpec` (plain data) and reads plain tuples back 
 * ``("start", rank, op)`` before each op, ``("result", rank, op, payload)`` after it;
 * ``("error", rank, phase, text)`` when the rank raises, ``("done", rank)`` at the end.
 
+Ranks that a launcher started (``launched.py``) run the same :func:`init_rank` and :func:`run_ops`
+with an ``env://`` rendezvous and a ``send`` that gathers each op's payload to rank 0.
+
 **Fault injection, for tests only.** ``PYTEST_NVLINK_TEST_FAULT`` holds comma-separated faults
 ``KIND[:rank=R][:op=OP]`` with KIND one of ``hang`` (block forever), ``crash`` (SIGKILL itself),
 ``raise`` (raise RuntimeError) or ``corrupt`` (flip one element of the op's result before the check).
