@@ -6,6 +6,7 @@ import copy
 import importlib
 import importlib.util
 import re
+import shlex
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -379,3 +380,19 @@ def test_rack_launch_arguments_parse_with_the_launcher(torchrun_args: Any) -> No
     assert args.suite == "gb200-nvl72"
     assert args.backend == "nccl"
     assert str(args.out_dir) == "/results/rack"
+
+
+def _readme_commands(program: str) -> list[list[str]]:
+    text = (k8s.MANIFEST_DIR / "README.md").read_text(encoding="utf-8").replace("\\\n", " ")
+    blocks = re.findall(r"^```\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
+    lines = [line.strip() for block in blocks for line in block.splitlines()]
+    return [shlex.split(line) for line in lines if line.startswith(program + " ")]
+
+
+@pytest.mark.parametrize("program", ["pytest", "torchrun"])
+def test_readme_quotes_the_manifests_command_lines(program: str) -> None:
+    quoted = _readme_commands(program)
+    assert quoted, f"contrib/k8s/README.md shows no {program} command"
+    in_manifests = [argv for _, argv in k8s.commands_of(program)]
+    for argv in quoted:
+        assert argv in in_manifests
