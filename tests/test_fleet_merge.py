@@ -12,13 +12,17 @@ from fleet_data import errored, failing, fleet_of, real_results, scaled, slower_
 
 from pytest_nvlink.cli import build_parser
 from pytest_nvlink.fleet.command import run_fleet
-from pytest_nvlink.fleet.load import FleetInputError, read_fleet
-from pytest_nvlink.fleet.merge import Fleet, merge
+from pytest_nvlink.fleet.load import FleetInputError, NodeFile, read_fleet
+from pytest_nvlink.fleet.merge import Fleet, merge_paths
 from pytest_nvlink.fleet.outliers import OutlierSettings
 
 
 def fleet_from(folder: Path, expected: list[str] | None = None, settings: OutlierSettings | None = None) -> Fleet:
-    return merge(read_fleet([folder]), expected, settings or OutlierSettings())
+    return merge_paths([folder], expected, settings or OutlierSettings())
+
+
+def hosts(node: NodeFile) -> str:
+    return node.host
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -174,7 +178,7 @@ def test_files_are_found_recursively_and_dot_files_skipped(tmp_path: Path) -> No
     (tmp_path / "a" / ".gpu009.json.x.tmp").write_text("half a file")
     (tmp_path / ".hidden").mkdir()
     (tmp_path / ".hidden" / "junk.json").write_text("{}")
-    assert sorted(n.host for n in read_fleet([tmp_path])) == ["gpu001", "gpu002"]
+    assert sorted(read_fleet([tmp_path], hosts)) == ["gpu001", "gpu002"]
 
 
 def test_the_host_comes_from_the_top_level_then_the_node_then_the_file_name(tmp_path: Path) -> None:
@@ -183,17 +187,17 @@ def test_the_host_comes_from_the_top_level_then_the_node_then_the_file_name(tmp_
     stem = real_results()
     stem["node"]["host"] = None
     write_fleet(tmp_path, {"file-a": top, "file-b": stem, "file-c": real_results()})
-    assert sorted(n.host for n in read_fleet([tmp_path])) == ["file-b", "hgx-h100-01", "top-host"]
+    assert sorted(read_fleet([tmp_path], hosts)) == ["file-b", "hgx-h100-01", "top-host"]
 
 
 def test_the_same_results_twice_count_once_and_conflicting_ones_are_refused(tmp_path: Path) -> None:
     document = with_host(real_results(), "n1")
     again = dict(document, created_utc="2030-01-01T00:00:00Z")
     write_fleet(tmp_path, {"copy1": document, "copy2": again})
-    assert [n.host for n in read_fleet([tmp_path])] == ["n1"]
+    assert read_fleet([tmp_path], hosts) == ["n1"]
     write_fleet(tmp_path, {"copy3": slower_pair(document, 0, 1, "unidirectional", 0.5)})
     with pytest.raises(FleetInputError, match=r"copy3\.json: host: 'n1' also has .*copy1\.json with different results"):
-        read_fleet([tmp_path])
+        read_fleet([tmp_path], hosts)
 
 
 @pytest.mark.parametrize(
@@ -255,9 +259,9 @@ def test_the_standard_library_parser_also_refuses_nan(tmp_path: Path, monkeypatc
     document = _set(real_results(), "node.measurements.p2p.0.value", float("nan"))
     (tmp_path / "node.json").write_text(json.dumps(document))
     with pytest.raises(FleetInputError, match=r"node\.measurements\.p2p\[0\]\.value: NaN or Infinity"):
-        read_fleet([tmp_path])
+        read_fleet([tmp_path], hosts)
     (tmp_path / "node.json").write_text(json.dumps(real_results()))
-    assert [n.host for n in read_fleet([tmp_path])] == ["hgx-h100-01"]
+    assert read_fleet([tmp_path], hosts) == ["hgx-h100-01"]
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from pytest_nvlink.fleet.hostlist import HostlistError, expand
-from pytest_nvlink.fleet.load import FleetInputError, read_fleet
-from pytest_nvlink.fleet.merge import Fleet, merge
+from pytest_nvlink.fleet.load import FleetInputError
+from pytest_nvlink.fleet.merge import Fleet, merge_paths
 from pytest_nvlink.fleet.outliers import OutlierSettings
 from pytest_nvlink.fleet.terminal import render_terminal
 
@@ -132,7 +132,7 @@ def run_fleet(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if settings.replace_percent < settings.warn_percent:
             raise FleetInputError("--outlier-replace-percent is below --outlier-warn-percent")
         expected = expected_nodes(args.expect_nodes) if args.expect_nodes is not None else None
-        fleet = merge(read_fleet(args.paths), expected, settings)
+        fleet = merge_paths(args.paths, expected, settings)
         write_outputs(fleet, args)
     except (FleetInputError, HostlistError) as exc:
         err.write(f"pytest-nvlink fleet: error: {exc}\n")

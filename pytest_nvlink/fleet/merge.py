@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_nvlink.fleet.load import NodeFile
-from pytest_nvlink.fleet.outliers import Family, Outlier, OutlierSettings, find_outliers
+from pytest_nvlink.fleet.load import NodeFile, ResultsReader, read_fleet
+from pytest_nvlink.fleet.outliers import Family, NodeFigure, Outlier, OutlierSettings, find_outliers, node_figures
 
 PASS, FAIL, INCOMPLETE, MISSING = "pass", "fail", "incomplete", "missing"
 STATUS_ORDER = (MISSING, FAIL, INCOMPLETE, PASS)
@@ -31,6 +31,33 @@ class NodeVerdict:
     file: Path | None  # None for a missing node
     run_verdict: str | None  # the run's own verdict in the file
     failed_checks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """What the merge keeps of one node's file."""
+
+    verdict: NodeVerdict
+    checks: dict[str, str]  # check -> "pass" | "failed" | "incomplete", the worst of its items
+    figures: list[NodeFigure]
+
+    @property
+    def host(self) -> str:
+        return self.verdict.host
+
+
+def summarize(node: NodeFile) -> NodeSummary:
+    return NodeSummary(node_verdict(node), check_states(node), node_figures(node.document["node"]["measurements"]))
+
+
+def merge_paths(
+    paths: Iterable[Path],
+    expected: Iterable[str] | None,
+    settings: OutlierSettings,
+    reader: ResultsReader | None = None,
+) -> Fleet:
+    """Read every results file under ``paths`` and merge them."""
+    return merge(read_fleet(paths, summarize, reader), expected, settings)
 
 
 @dataclass(frozen=True)
@@ -68,8 +95,8 @@ class Fleet:
         return [node for node in self.nodes if node.status != PASS]
 
 
-def merge(files: Sequence[NodeFile], expected: Iterable[str] | None, settings: OutlierSettings) -> Fleet:
-    verdicts = [node_verdict(node) for node in files]
+def merge(files: Sequence[NodeSummary], expected: Iterable[str] | None, settings: OutlierSettings) -> Fleet:
+    verdicts = [node.verdict for node in files]
     expected_hosts = list(expected) if expected is not None else None
     if expected_hosts is not None:
         present = {node.host for node in files}
@@ -126,28 +153,33 @@ def _item_line(item: dict[str, Any]) -> str:
     return f"{name}: {message}"
 
 
-def tally_checks(files: Sequence[NodeFile]) -> list[CheckTally]:
+def check_states(node: NodeFile) -> dict[str, str]:
+    states: dict[str, str] = {}
+    for item in node.document["items"]:
+        check = item["check"]
+        if item["outcome"] in FAILED_OUTCOMES or item["pytest_outcome"] == "failed":
+            states[check] = "failed"
+        elif item["pytest_outcome"] == "error" or item["outcome"] == "no_evidence":
+            if states.get(check) != "failed":
+                states[check] = "incomplete"
+        else:
+            states.setdefault(check, "pass")
+    return states
+
+
+def tally_checks(files: Sequence[NodeSummary]) -> list[CheckTally]:
     failed: dict[str, list[str]] = {}
     errored: dict[str, list[str]] = {}
     ran: dict[str, int] = {}
     for node in files:
-        seen: set[str] = set()
-        for item in node.document["items"]:
-            check = item["check"]
-            if check not in seen:
-                ran[check] = ran.get(check, 0) + 1
-                seen.add(check)
-            if item["outcome"] in FAILED_OUTCOMES or item["pytest_outcome"] == "failed":
-                _add_once(failed.setdefault(check, []), node.host)
-            elif item["pytest_outcome"] == "error" or item["outcome"] == "no_evidence":
-                _add_once(errored.setdefault(check, []), node.host)
+        for check, state in node.checks.items():
+            ran[check] = ran.get(check, 0) + 1
+            if state == "failed":
+                failed.setdefault(check, []).append(node.host)
+            elif state == "incomplete":
+                errored.setdefault(check, []).append(node.host)
     tallies = [
         CheckTally(check, tuple(failed.get(check, ())), tuple(errored.get(check, ())), count)
         for check, count in ran.items()
     ]
     return sorted(tallies, key=lambda t: (-len(t.failed), -len(t.errored), t.check))
-
-
-def _add_once(hosts: list[str], host: str) -> None:
-    if not hosts or hosts[-1] != host:
-        hosts.append(host)

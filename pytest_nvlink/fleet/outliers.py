@@ -21,9 +21,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_nvlink.fleet.load import NodeFile
+if TYPE_CHECKING:
+    from pytest_nvlink.fleet.merge import NodeSummary
 
 MODIFIED_Z_FACTOR = 0.6745  # the 0.75 quantile of the standard normal: MAD/0.6745 estimates sigma
 
@@ -83,7 +84,7 @@ class Outlier:
         )
 
 
-def find_outliers(files: Sequence[NodeFile], settings: OutlierSettings) -> tuple[list[Family], list[Outlier]]:
+def find_outliers(files: Sequence[NodeSummary], settings: OutlierSettings) -> tuple[list[Family], list[Outlier]]:
     families = collect_families(files)
     outliers: list[Outlier] = []
     for family in families:
@@ -92,11 +93,10 @@ def find_outliers(files: Sequence[NodeFile], settings: OutlierSettings) -> tuple
     return families, outliers
 
 
-def collect_families(files: Sequence[NodeFile]) -> list[Family]:
+def collect_families(files: Sequence[NodeSummary]) -> list[Family]:
     families: dict[str, Family] = {}
     for node in files:
-        measurements: dict[str, Any] = node.document["node"]["measurements"]
-        for name, unit, higher_is_better, figure in _node_figures(measurements):
+        for name, unit, higher_is_better, figure in node.figures:
             family = families.setdefault(name, Family(name, unit, higher_is_better))
             family.figures[node.host] = figure
     return sorted(families.values(), key=lambda f: f.name)
@@ -105,8 +105,12 @@ def collect_families(files: Sequence[NodeFile]) -> list[Family]:
 P2P_FAMILIES = (("unidirectional", "GB/s", True), ("bidirectional", "GB/s", True), ("latency", "us", False))
 
 
-def _node_figures(measurements: dict[str, Any]) -> list[tuple[str, str, bool, Figure]]:
-    found: list[tuple[str, str, bool, Figure]] = []
+NodeFigure = tuple[str, str, bool, Figure]  # family, unit, higher is better, the node's worst figure
+
+
+def node_figures(measurements: dict[str, Any]) -> list[NodeFigure]:
+    """The node's worst figure in each family it measured."""
+    found: list[NodeFigure] = []
     worst: dict[str, tuple[float, str]] = {}
     for entry in measurements.get("p2p", []):
         kind, value = entry.get("kind"), entry.get("value")
@@ -124,7 +128,7 @@ def _node_figures(measurements: dict[str, Any]) -> list[tuple[str, str, bool, Fi
     return found
 
 
-def _collective_figures(entries: list[dict[str, Any]]) -> list[tuple[str, str, bool, Figure]]:
+def _collective_figures(entries: list[dict[str, Any]]) -> list[NodeFigure]:
     largest: dict[str, int] = {}
     for entry in entries:
         if entry.get("busbw_gbps") is not None and not entry.get("error"):
