@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from conftest import SNAPSHOTS
+
+from pytest_nvlink.report.json_results import load_schema
 
 RACK_DATA = Path(__file__).resolve().parent / "data" / "rack"
 SELECTED = "rack or nccl_transport or gpu_count or nvlink_active_links or fabric"
@@ -50,6 +53,7 @@ def _replay(pytester: pytest.Pytester, snapshot: Path) -> RackRun:
         "no:cacheprovider",
     )
     document = json.loads(out.read_text())
+    jsonschema.validate(document, load_schema())
     cases = {f"{c.get('classname')}::{c.get('name')}": c for c in ET.parse(xml).getroot().iter("testcase")}
     return RackRun(result.ret, document["items"], cases, document)
 
