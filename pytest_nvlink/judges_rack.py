@@ -59,9 +59,10 @@ def _tray_props(ctx: Context, tray: int, measured: object, expected: str, unit: 
 def _missing_tray(ctx: Context, tray: int) -> Verdict:
     present = sorted({gpu.host for gpu in ctx.node.gpus if gpu.host})
     return failed(
-        f"tray {tray} missing: no GPU of slots {_span(ctx, tray)[5:]} in the rack, which has {len(present)} of "
+        f"tray {tray} missing: none of its {_span(ctx, tray)} in the rack, which has {len(present)} of "
         f"{tray_count(ctx)} trays; expected {_layout(ctx)}; likely cause: the host is down, drained or not in the "
-        "job's allocation (srun -N 18 --ntasks-per-node=4), or its ranks never started",
+        f"job's allocation (srun -N {tray_count(ctx)} --ntasks-per-node={ctx.suite.gpus_per_host}), or its ranks "
+        "never started",
         _tray_props(ctx, tray, "absent", f"{ctx.suite.gpus_per_host} GPUs", "GPUs"),
     )
 

@@ -250,3 +250,17 @@ def test_rack_audit_places_channels_by_rank_not_by_per_host_device(healthy: Cont
     assert audit is not None
     audit.channels = [c for c in audit.channels if c.src_rank < 64 and c.dst_rank < 64]
     _fails(judges_bandwidth.nccl_transport(healthy, audit), "no channel of GPU(s) 64, 65", "tray(s) 16, 17")
+
+
+def test_without_a_collective_naming_its_ranks_rank_r_is_gpu_r(healthy: Context) -> None:
+    healthy.node.measurements.collectives = []
+    assert judges_rack.rank_to_gpu(healthy) == {r: r for r in range(72)}
+    assert judges_bandwidth.nccl_transport(healthy, healthy.node.measurements.nccl).ok
+
+
+def test_a_site_waiver_of_the_send_recv_floor_makes_the_check_not_apply(healthy: Context, tmp_path: Path) -> None:
+    site = tmp_path / "site.toml"
+    site.write_text('[waive]\n"p2p.sendrecv_min_gbps" = "pairs are accepted by the vendor burn-in"\n')
+    ctx = dataclasses.replace(healthy, thresholds=load_thresholds("gb200-nvl72", site))
+    verdict = judges_rack.rack_sendrecv(ctx, 0)
+    assert verdict.outcome is Outcome.NOT_APPLICABLE and "vendor burn-in" in verdict.message
