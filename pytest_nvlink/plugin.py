@@ -281,6 +281,7 @@ def _parametrize(metafunc: pytest.Metafunc, run: Run) -> None:
     from pytest_nvlink.model import gpu_id, pair_id
 
     count = run.suite.gpu_count
+    trays = count // run.suite.gpus_per_host if run.suite.gpus_per_host else 0  # hosts of a rack suite
     # Parametrize by the suite's expectation, not by what was found: a missing GPU must fail, not vanish.
     params: dict[str, tuple[list[Any], list[str]]] = {
         "nvlink_gpu_index": (list(range(count)), [gpu_id(i) for i in range(count)]),
@@ -290,6 +291,7 @@ def _parametrize(metafunc: pytest.Metafunc, run: Run) -> None:
             [pair_id(a, b) for a, b in permutations(range(count), 2)],
         ),
         "nvlink_collective": (list(run.suite.measure.collectives), list(run.suite.measure.collectives)),
+        "nvlink_tray": (list(range(trays)), [f"tray{t}" for t in range(trays)]),
     }
     for name, (values, ids) in params.items():
         # An empty set (one GPU: no pairs; no collectives listed) is left alone: makeitem drops the item.

@@ -209,6 +209,8 @@ def not_collected(suite: Suite) -> dict[str, str]:
         absent["area:collectives"] = f"{suite.file.name}:measure.collectives is empty"
     if "area:collectives" in absent:
         absent["nvlink_collective"] = absent["area:collectives"]
+    if suite.gpus_per_host is None:  # rack checks exist only for a suite spanning several hosts
+        absent["area:rack"] = absent["nvlink_tray"] = f"suite {suite.name} sets no suite.gpus_per_host"
     return absent
 
 

@@ -89,6 +89,8 @@ def topology_matrix(run: Run) -> str:
 
 def _cell(node: Node, run: Run, a: int, b: int) -> str:
     actual = node.path(a, b)
+    if actual is None and run.suite.crosses_hosts(a, b):
+        return "-"  # GPUs on different hosts of a rack: no NVML path class; send/recv judges the pair
     if actual is None:
         return "?"
     if a >= run.suite.gpu_count or b >= run.suite.gpu_count:
