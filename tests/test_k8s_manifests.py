@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib
-import importlib.util
 import re
 import shlex
 from datetime import datetime, timezone
@@ -15,9 +13,12 @@ import k8s_manifests as k8s
 import pytest
 from kubernetes_validate import latest_version
 
+from pytest_nvlink.cli import build_parser
+from pytest_nvlink.config import load_suite
+from pytest_nvlink.launch import parser as launch_parser
+
 DOCUMENTS = list(k8s.all_documents())
 UNKNOWN = "Additional properties are not allowed"
-PENDING_OPTIONS = ("--nvlink-host", "--nvlink-quick")  # from the per-node runs work, merged separately
 
 
 def _doc(kind: str, name: str) -> dict[str, Any]:
@@ -185,14 +186,6 @@ PYTEST_COMMANDS = k8s.commands_of("pytest")
 FLEET_COMMANDS = k8s.commands_of("pytest-nvlink")
 
 
-def _option_known(pytester: pytest.Pytester, option: str) -> bool:
-    try:
-        pytester.parseconfig(f"{option}=x" if option == "--nvlink-host" else option)
-    except pytest.UsageError:
-        return False
-    return True
-
-
 def test_recipes_run_pytest_in_both_forms() -> None:
     assert len(PYTEST_COMMANDS) == 2  # the sweep and the health check
     assert len(FLEET_COMMANDS) == 1
@@ -200,9 +193,6 @@ def test_recipes_run_pytest_in_both_forms() -> None:
 
 @pytest.mark.parametrize(("path", "argv"), PYTEST_COMMANDS, ids=_ids(PYTEST_COMMANDS))
 def test_pytest_commands_parse_with_the_plugins_options(pytester: pytest.Pytester, path: Path, argv: list[str]) -> None:
-    missing = [option for option in PENDING_OPTIONS if not _option_known(pytester, option)]
-    if missing:
-        pytest.skip(f"this pytest-nvlink has no {', '.join(missing)} yet")
     config = pytester.parseconfig(*argv[1:])
     assert config.getoption("nvlink_suite") == "auto"
     assert config.getoption("nvlink_host") == "$NODE_NAME"
@@ -215,10 +205,7 @@ def test_a_misspelled_pytest_option_is_refused(pytester: pytest.Pytester) -> Non
 
 @pytest.mark.parametrize(("path", "argv"), FLEET_COMMANDS, ids=_ids(FLEET_COMMANDS))
 def test_fleet_commands_parse_with_the_fleet_cli(path: Path, argv: list[str]) -> None:
-    if importlib.util.find_spec("pytest_nvlink.cli") is None:
-        pytest.skip("this pytest-nvlink has no fleet command yet")
-    cli = importlib.import_module("pytest_nvlink.cli")
-    args = cli.build_parser().parse_args(argv[1:])
+    args = build_parser().parse_args(argv[1:])
     assert args.command == "fleet"
     assert [str(path) for path in args.paths] == ["/results/nodes"]
     assert args.expect_nodes == "/etc/pytest-nvlink/nodes.txt"
@@ -348,7 +335,6 @@ def test_rack_job_is_18_trays_of_4_gpus_in_one_clique() -> None:
 
 @pytest.fixture(scope="module")
 def torchrun_args() -> Any:
-    pytest.importorskip("torch.distributed.run")
     from torch.distributed.run import get_args_parser
 
     container = _only_container(_doc("Job", "nvlink-rack"))
@@ -373,9 +359,7 @@ def test_rack_torchrun_starts_72_ranks_with_index_0_as_rendezvous(torchrun_args:
 
 
 def test_rack_launch_arguments_parse_with_the_launcher(torchrun_args: Any) -> None:
-    from pytest_nvlink.launch import parser
-
-    args = parser().parse_args(torchrun_args.training_script_args)
+    args = launch_parser().parse_args(torchrun_args.training_script_args)
     assert args.command == "rack"
     assert args.suite == "gb200-nvl72"
     assert args.backend == "nccl"
@@ -396,3 +380,10 @@ def test_readme_quotes_the_manifests_command_lines(program: str) -> None:
     in_manifests = [argv for _, argv in k8s.commands_of(program)]
     for argv in quoted:
         assert argv in in_manifests
+
+
+def test_rack_launch_suite_is_the_shape_the_job_starts(torchrun_args: Any) -> None:
+    suite = load_suite(launch_parser().parse_args(torchrun_args.training_script_args).suite)
+    gpus_per_pod = _only_container(_doc("Job", "nvlink-rack"))["resources"]["limits"]["nvidia.com/gpu"]
+    assert suite.gpus_per_host == int(torchrun_args.nproc_per_node) == gpus_per_pod
+    assert suite.gpu_count == int(torchrun_args.nnodes) * gpus_per_pod
