@@ -85,3 +85,41 @@ def test_fleet_merge_job_fails_the_failing_and_the_missing_node(
     statuses = {node["host"]: node["status"] for node in fleet["nodes"]}
     assert statuses == {"gpu-node-a": "pass", "gpu-node-b": "fail", "gpu-node-c": "missing"}
     assert (results / "fleet.xml").is_file() and (results / "fleet.html").is_file()
+
+
+def _fake_tools(folder: Path) -> Path:
+    """kubectl that records its arguments, and sleep that ends the health loop after one round."""
+    folder.mkdir()
+    (folder / "kubectl").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$KUBECTL_ARGS"\n', encoding="utf-8")
+    (folder / "sleep").write_text('#!/bin/sh\nkill -TERM "$PPID"\n', encoding="utf-8")
+    for tool in ("kubectl", "sleep"):
+        (folder / tool).chmod(0o755)
+    return folder
+
+
+@pytest.mark.parametrize(("snapshot", "verdict"), [("h100-8gpu-healthy", "pass"), ("h100-8gpu-degraded", "fail")])
+def test_health_round_labels_the_node_with_valid_labels(tmp_path: Path, snapshot: str, verdict: str) -> None:
+    [doc] = [doc for _, doc in k8s.all_documents() if doc["kind"] == "DaemonSet"]
+    [container] = k8s.containers(doc)
+    script = k8s.container_script(container)
+    assert script is not None and "--nvlink-quick" in script
+    script = script.replace("--nvlink-quick", f"--nvlink-quick --nvlink-replay={snapshot}")
+    recorded = tmp_path / "kubectl-args"
+    path = os.pathsep.join([str(_fake_tools(tmp_path / "bin")), BIN, os.environ.get("PATH", "")])
+    interval = k8s.env_of(container)["HEALTH_INTERVAL_S"]["value"]
+    env = {**os.environ, "PATH": path, "NODE_NAME": "gpu-node-q", "KUBECTL_ARGS": str(recorded)}
+    env["HEALTH_INTERVAL_S"] = interval
+    env.pop("PYTEST_ADDOPTS", None)
+    pod = subprocess.run(
+        ["sh", "-c", script], check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert pod.stdout.splitlines()[-1].startswith(f"pytest-nvlink gpu-node-q: {verdict} at "), pod.stdout + pod.stderr
+    argv = recorded.read_text(encoding="utf-8").splitlines()
+    assert argv[:4] == ["label", "node", "gpu-node-q", "--overwrite"]
+    labels = dict(token.split("=", 1) for token in argv[4:])
+    assert labels["pytest-nvlink/verdict"] == verdict
+    for key, value in labels.items():
+        assert k8s.label_key_problem(key) is None
+        assert k8s.label_value_problem(value) is None, value
+    if verdict == "fail":
+        assert "nvlink FAIL gpu-node-q" in pod.stdout  # the failure lines reach the pod's log
