@@ -387,3 +387,14 @@ def test_rack_launch_suite_is_the_shape_the_job_starts(torchrun_args: Any) -> No
     gpus_per_pod = _only_container(_doc("Job", "nvlink-rack"))["resources"]["limits"]["nvidia.com/gpu"]
     assert suite.gpus_per_host == int(torchrun_args.nproc_per_node) == gpus_per_pod
     assert suite.gpu_count == int(torchrun_args.nnodes) * gpus_per_pod
+
+
+CONTAINERS = [(path, container) for path, doc in DOCUMENTS for container in k8s.containers(doc)]
+
+
+@pytest.mark.parametrize(("path", "container"), CONTAINERS, ids=_ids(CONTAINERS))
+def test_kubernetes_variable_references_name_the_containers_env(path: Path, container: dict[str, Any]) -> None:
+    """Kubernetes expands $(NAME) in command and args only for variables the container defines."""
+    text = "\n".join(str(part) for part in (*container.get("command", []), *container.get("args", [])))
+    referenced = set(re.findall(r"(?<!\$)\$\(([A-Za-z_][A-Za-z0-9_]*)\)", text))
+    assert referenced <= set(k8s.env_of(container))

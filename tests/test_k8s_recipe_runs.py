@@ -123,3 +123,13 @@ def test_health_round_labels_the_node_with_valid_labels(tmp_path: Path, snapshot
         assert k8s.label_value_problem(value) is None, value
     if verdict == "fail":
         assert "nvlink FAIL gpu-node-q" in pod.stdout  # the failure lines reach the pod's log
+
+
+def test_a_crashed_rerun_leaves_no_old_verdict(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    first = _run_sweep_pod("gpu-node-r", "h100-8gpu-healthy", results, tmp_path)
+    assert first.returncode == 0 and (results / "nodes/gpu-node-r.json").is_file()
+    crashed = _run_sweep_pod("gpu-node-r", "no-such-snapshot", results, tmp_path)
+    assert crashed.returncode != 0
+    assert not (results / "nodes/gpu-node-r.json").exists()  # the merge now finds the node missing
+    assert not (results / "snapshots/gpu-node-r.json").exists()
