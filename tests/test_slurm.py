@@ -87,4 +87,9 @@ def test_srun_launches_the_collective_harness_on_gloo(tmp_path: Path) -> None:
         ("all_gather", 2, True, None),
     ]
     assert all(m.busbw_gbps is not None and m.busbw_gbps > 0 for m in measurements.collectives)
-    assert measurements.collectives[0].conditions["launcher"] == "slurm"
+    assert measurements.collectives[0].conditions == {
+        "iterations": "2",
+        "warmup": "1",
+        "backend": "gloo",
+        "launcher": "slurm",
+    }
