@@ -15,13 +15,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_procs import base_env, write_suite
+from launch_procs import base_env, write_suite, write_trays
 
+from pytest_nvlink.measure.sendrecv import DEFAULT_CROSS_PEERS, pair_schedule
 from pytest_nvlink.model import Measurements
-from pytest_nvlink.snapshot import from_json
+from pytest_nvlink.snapshot import from_json, load_snapshot
 
 SRUN = shutil.which("srun")
 SINFO = shutil.which("sinfo")
+SBATCH = shutil.which("sbatch")
+RECIPES = Path(__file__).resolve().parents[1] / "contrib" / "slurm"
 
 
 def _cluster_answers() -> bool:
@@ -93,3 +96,56 @@ def test_srun_launches_the_collective_harness_on_gloo(tmp_path: Path) -> None:
         "backend": "gloo",
         "launcher": "slurm",
     }
+
+
+def sbatch(script: str, options: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str]:
+    """Submit a recipe from contrib/slurm and wait for it; its exit status and its job output."""
+    assert SBATCH is not None
+    log = cwd / "job.out"
+    done = subprocess.run(
+        [SBATCH, "--wait", "--quiet", f"--chdir={cwd}", f"--output={log}", *options, str(RECIPES / script)],
+        env={**base_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    return done.returncode, done.stderr + (log.read_text() if log.exists() else "")
+
+
+def test_the_rack_recipe_launches_every_rank_and_rank0_judges(tmp_path: Path) -> None:
+    suite, thresholds = write_suite(tmp_path, gpus=4)
+    with_trays = tmp_path / "trays"
+    pattern = write_trays(with_trays, ["localhost"], gpus=4)  # the cluster's one node is the one tray
+    out = tmp_path / "rack"
+    env = {
+        "NVLINK_SUITE": str(suite),
+        "NVLINK_OUT": str(out),
+        "NVLINK_PYTHON": sys.executable,
+        "NVLINK_BACKEND": "gloo",
+        "NVLINK_LAUNCH_ARGS": f"--thresholds {thresholds} --rack-name rack-ci",
+        "NVLINK_PYTEST_ARGS": "-p no:randomly",
+        "PYTEST_NVLINK_TRAY_SNAPSHOT": str(pattern),
+    }
+    status, log = sbatch("nvlink-rack.sbatch", ["--nodes=1"], env, tmp_path)
+    assert sorted(p.name for p in out.iterdir()) == ["junit.xml", "rack-snapshot.json", "report.html", "results.json"]
+    node = load_snapshot(out / "rack-snapshot.json")
+    assert node.host == "rack-ci"
+    assert [(g.index, g.host, g.local_index) for g in node.gpus] == [(i, "localhost", i) for i in range(4)]
+    assert [(c.op, c.world_size, c.correct, c.error) for c in node.measurements.collectives] == [
+        ("all_reduce", 4, True, None),
+        ("all_gather", 4, True, None),
+    ]
+    expected = [pair for rounds in pair_schedule([[0, 1, 2, 3]], DEFAULT_CROSS_PEERS) for pair in rounds]
+    assert [(m.src, m.dst) for m in node.measurements.p2p] == expected
+    assert all(m.kind == "sendrecv" and m.error is None and m.value and m.value > 0 for m in node.measurements.p2p)
+    results = json.loads((out / "results.json").read_text())
+    outcome = {item["nodeid"].split("/")[-1]: item for item in results["items"]}
+    assert outcome["test_collectives.py::test_collective_busbw[all_reduce]"]["outcome"] == "pass"
+    assert outcome["test_topology.py::test_path[gpu0-gpu3]"]["outcome"] == "pass"
+    # A replayed H100 tray has no copy-engine figures, counters or NCCL log: those fail closed, and
+    # the recipe's exit status is rank 0's verdict.
+    failed = [item for item in results["items"] if item["outcome"] != "pass"]
+    assert failed and all(item["message"].startswith("could not determine") for item in failed)
+    assert results["verdict"] == "FAIL"
+    assert status == 1, log
