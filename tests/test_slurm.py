@@ -149,3 +149,12 @@ def test_the_rack_recipe_launches_every_rank_and_rank0_judges(tmp_path: Path) ->
     assert failed and all(item["message"].startswith("could not determine") for item in failed)
     assert results["verdict"] == "FAIL"
     assert status == 1, log
+
+
+def test_a_sweep_where_no_node_wrote_results_fails(tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    env = {"NVLINK_OUT": str(out), "NVLINK_PYTHON": "false", "NVLINK_FLEET": "false"}
+    status, log = sbatch("nvlink-sweep.sbatch", ["--nodes=1"], env, tmp_path)
+    assert status == 1, log
+    assert f"nvlink-sweep: no node wrote results into {out}/nodes: the sweep failed everywhere" in log
+    assert sorted(p.name for p in out.iterdir()) == ["nodes", "snapshots"]

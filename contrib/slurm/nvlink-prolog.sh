@@ -29,7 +29,7 @@ esac
 log() {
     echo "pytest-nvlink: $node: $1" >&2
     if command -v logger >/dev/null 2>&1; then
-        logger -t pytest-nvlink -p daemon.err -- "$node: $1" || true
+        logger -t pytest-nvlink -p daemon.err -- "$node: $1" 2>/dev/null || true
     fi
 }
 
