@@ -7,14 +7,18 @@ whichever install of pytest-nvlink runs them (the wheel, in CI).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from conftest import SNAPSHOTS
 from launch_procs import base_env, write_suite, write_trays
 
 from pytest_nvlink.measure.sendrecv import DEFAULT_CROSS_PEERS, pair_schedule
@@ -25,6 +29,7 @@ SRUN = shutil.which("srun")
 SINFO = shutil.which("sinfo")
 SBATCH = shutil.which("sbatch")
 RECIPES = Path(__file__).resolve().parents[1] / "contrib" / "slurm"
+FLEET = Path(sys.executable).parent / "pytest-nvlink"  # the console script of this interpreter's install
 
 
 def _cluster_answers() -> bool:
@@ -158,3 +163,114 @@ def test_a_sweep_where_no_node_wrote_results_fails(tmp_path: Path) -> None:
     assert status == 1, log
     assert f"nvlink-sweep: no node wrote results into {out}/nodes: the sweep failed everywhere" in log
     assert sorted(p.name for p in out.iterdir()) == ["nodes", "snapshots"]
+
+
+# Until --nvlink-host/--nvlink-quick and `pytest-nvlink fleet` are merged, the sweep tests wait for them.
+needs_fleet = pytest.mark.skipif(
+    importlib.util.find_spec("pytest_nvlink.quick") is None or importlib.util.find_spec("pytest_nvlink.fleet") is None,
+    reason="--nvlink-host and pytest-nvlink fleet are not merged yet",
+)
+
+# One task of the sweep: pretend node "node<SLURM_PROCID>" replays its own snapshot; a task with no
+# snapshot stands for a node that died before writing anything.
+PRETEND_NODE = """
+host=node$SLURM_PROCID
+snapshot=$1/$host.json
+out=$2
+shift 2
+[ -e "$snapshot" ] || exit 3
+exec "$@" --nvlink-replay="$snapshot" --nvlink-host="$host" --junitxml="$out/$host.xml"
+"""
+PRETEND_SNAPSHOTS = {
+    "node0": "h100-8gpu-healthy",
+    "node1": "h100-8gpu-degraded",
+    "node2": "h100-8gpu-vm-pcie",
+    "node3": "h100-8gpu-healthy",
+}
+
+
+def fleet(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(FLEET), "fleet", *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def drained(script: Path) -> dict[str, str]:
+    """NodeName -> Reason of the ``scontrol update ... State=DRAIN`` lines of a drain script."""
+    lines = [shlex.split(line) for line in script.read_text().splitlines() if line.startswith("scontrol ")]
+    assert all(words[:2] == ["scontrol", "update"] and "State=DRAIN" in words for words in lines), lines
+    return {
+        word.removeprefix("NodeName="): next(w.removeprefix("Reason=") for w in words if w.startswith("Reason="))
+        for words in lines
+        for word in words
+        if word.startswith("NodeName=")
+    }
+
+
+@needs_fleet
+def test_an_srun_sweep_of_pretend_nodes_merges_into_per_node_verdicts(tmp_path: Path) -> None:
+    snapshots, nodes, work = tmp_path / "snapshots", tmp_path / "nodes", tmp_path / "work"
+    for folder in (snapshots, nodes, work):
+        folder.mkdir()
+    for host, name in PRETEND_SNAPSHOTS.items():
+        shutil.copy(SNAPSHOTS / f"{name}.json", snapshots / f"{host}.json")
+    pytest_run = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nvlink-suite=h100-8gpu"]
+    task = ["bash", "-c", PRETEND_NODE, "pretend-node", str(snapshots), str(nodes), *pytest_run]
+    done = srun(5, [*task, f"--nvlink-json={nodes}/{{host}}.json"], work)
+    assert done.returncode != 0  # two nodes fail and one wrote nothing
+    written = sorted(p.name for p in nodes.iterdir())
+    assert written == [f"node{i}.{ext}" for i in range(4) for ext in ("json", "xml")], done.stderr[-2000:]
+    for host in PRETEND_SNAPSHOTS:
+        assert json.loads((nodes / f"{host}.json").read_text())["host"] == host
+
+    out = tmp_path / "fleet"
+    merged = fleet(
+        str(nodes),
+        "--expect-nodes",
+        "node[0-4]",
+        "--json",
+        f"{out}.json",
+        "--junit",
+        f"{out}.xml",
+        "--html",
+        f"{out}.html",
+        "--drain-script",
+        f"{out}.sh",
+    )
+    assert merged.returncode == 1, merged.stdout + merged.stderr
+    document = json.loads(Path(f"{out}.json").read_text())
+    assert document["verdict"] == "FAIL"
+    assert document["counts"] == {"pass": 2, "fail": 2, "incomplete": 0, "missing": 1}
+    status = {node["host"]: node["status"] for node in document["nodes"]}
+    assert status == {"node0": "pass", "node1": "fail", "node2": "fail", "node3": "pass", "node4": "missing"}
+    first = {node["host"]: node["first_failure"] for node in document["nodes"]}
+    assert first["node0"] is None and first["node3"] is None
+    assert all(first[host] for host in ("node1", "node2", "node4"))
+    assert set(drained(Path(f"{out}.sh"))) == {"node1", "node2", "node4"}
+    cases = ET.parse(f"{out}.xml").getroot().iter("testcase")
+    failing = {case.get("name", "") for case in cases if case.find("failure") is not None}
+    assert all(any(host in name for name in failing) for host in ("node1", "node2", "node4")), failing
+    assert not any(host in name for name in failing for host in ("node0", "node3")), failing
+    page = Path(f"{out}.html").read_text()
+    assert all(host in page for host in status)
+    for host in ("node1", "node2", "node4"):
+        assert host in merged.stdout  # the terminal table names every node that does not pass
+
+
+@needs_fleet
+def test_the_sweep_recipe_on_the_cluster_passes_a_healthy_node(tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    env = {
+        "NVLINK_SUITE": "h100-8gpu",
+        "NVLINK_OUT": str(out),
+        "NVLINK_PYTHON": sys.executable,
+        "NVLINK_PYTEST_ARGS": "--nvlink-replay=h100-8gpu-healthy",
+    }
+    status, log = sbatch("nvlink-sweep.sbatch", ["--nodes=1"], env, tmp_path)
+    assert status == 0, log
+    node = json.loads(Path(out / "fleet.json").read_text())["nodes"]
+    host = node[0]["host"]  # slurmd's name for the one node, which --expect-nodes also lists
+    assert [(n["host"], n["status"]) for n in node] == [(host, "pass")]
+    assert sorted(p.name for p in (out / "nodes").iterdir()) == [f"{host}.json", f"{host}.xml"]
+    assert load_snapshot(out / "snapshots" / f"{host}.json").gpus
+    assert len(list(ET.parse(out / "nodes" / f"{host}.xml").getroot().iter("testcase"))) > 0
+    assert drained(out / "drain.sh") == {}
+    assert (out / "fleet.html").is_file() and (out / "fleet.xml").is_file()

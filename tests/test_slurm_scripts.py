@@ -6,9 +6,15 @@ place of Python prints or hangs, so the shell logic is pinned down on any machin
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
+from conftest import SNAPSHOTS
+from launch_procs import base_env
 
 PROLOG = Path(__file__).resolve().parents[1] / "contrib" / "slurm" / "nvlink-prolog.sh"
 
@@ -21,12 +27,14 @@ def stand_in(folder: Path, name: str, body: str) -> Path:
     return path
 
 
-def prolog(tmp_path: Path, python_body: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    python = stand_in(tmp_path, "python", python_body)
+def prolog(tmp_path: Path, python_body: str | None, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The prolog on node gpu017 with a stand-in scontrol, and a stand-in Python unless ``python_body`` is None."""
+    python = sys.executable if python_body is None else str(stand_in(tmp_path, "python", python_body))
     stand_in(tmp_path, "scontrol", "exit 0")
     environment = {
+        **base_env(),
         "PATH": f"{tmp_path}:{os.environ['PATH']}",
-        "NVLINK_PYTHON": str(python),
+        "NVLINK_PYTHON": python,
         "NVLINK_SUITE": "h100-8gpu",
         "SLURMD_NODENAME": "gpu017",
         **env,
@@ -89,3 +97,36 @@ def test_an_unknown_argument_is_a_usage_error(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "usage:" in done.stderr
     assert not (tmp_path / "python.args").exists()
+
+
+# Until --nvlink-quick is merged, the prolog's runs of the real plugin wait for it.
+needs_quick = pytest.mark.skipif(
+    importlib.util.find_spec("pytest_nvlink.quick") is None, reason="--nvlink-quick is not merged yet"
+)
+
+
+@needs_quick
+def test_the_real_quick_check_of_a_healthy_node_passes_silently(tmp_path: Path) -> None:
+    healthy = f"--nvlink-replay={SNAPSHOTS / 'h100-8gpu-healthy.json'}"
+    # The 10 s limit is for a node; this machine's test load must not make the check flaky.
+    done = prolog(tmp_path, None, "--drain", NVLINK_PYTEST_ARGS=healthy, NVLINK_QUICK_TIMEOUT_S="120")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert not (tmp_path / "scontrol.args").exists()
+
+
+@needs_quick
+def test_the_real_quick_check_of_a_degraded_node_logs_its_failures_and_drains(tmp_path: Path) -> None:
+    degraded = f"--nvlink-replay={SNAPSHOTS / 'h100-8gpu-degraded.json'}"
+    done = prolog(tmp_path, None, "--drain", NVLINK_PYTEST_ARGS=degraded, NVLINK_QUICK_TIMEOUT_S="120")
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith(
+        "pytest-nvlink: gpu017: nvlink FAIL gpu017 test_nvlink_active_links[gpu3]: GPU 3: 16 of 18"
+    )
+    assert lines[-1].startswith("pytest-nvlink: gpu017: nvlink FAIL gpu017: ")
+    assert all(line.startswith("pytest-nvlink: gpu017: nvlink FAIL gpu017 ") for line in lines[:-1])
+    assert any("test_p2p_status[gpu2-gpu6]" in line for line in lines)
+    assert not any("bandwidth" in line for line in lines)  # quick: nothing measured is judged
+    reason = (tmp_path / "scontrol.args").read_text().splitlines()[-1]
+    assert reason.startswith("Reason=pytest-nvlink: nvlink FAIL gpu017 test_nvlink_active_links[gpu3]: GPU 3: 16 of 18")
+    assert len(reason) <= len("Reason=pytest-nvlink: ") + 200
