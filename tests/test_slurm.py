@@ -7,7 +7,6 @@ whichever install of pytest-nvlink runs them (the wheel, in CI).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shlex
@@ -165,21 +164,14 @@ def test_a_sweep_where_no_node_wrote_results_fails(tmp_path: Path) -> None:
     assert sorted(p.name for p in out.iterdir()) == ["nodes", "snapshots"]
 
 
-# Until --nvlink-host/--nvlink-quick and `pytest-nvlink fleet` are merged, the sweep tests wait for them.
-needs_fleet = pytest.mark.skipif(
-    importlib.util.find_spec("pytest_nvlink.quick") is None or importlib.util.find_spec("pytest_nvlink.fleet") is None,
-    reason="--nvlink-host and pytest-nvlink fleet are not merged yet",
-)
-
 # One task of the sweep: pretend node "node<SLURM_PROCID>" replays its own snapshot; a task with no
 # snapshot stands for a node that died before writing anything.
 PRETEND_NODE = """
 host=node$SLURM_PROCID
 snapshot=$1/$host.json
-out=$2
-shift 2
+shift
 [ -e "$snapshot" ] || exit 3
-exec "$@" --nvlink-replay="$snapshot" --nvlink-host="$host" --junitxml="$out/$host.xml"
+exec "$@" --nvlink-replay="$snapshot" --nvlink-host="$host"
 """
 PRETEND_SNAPSHOTS = {
     "node0": "h100-8gpu-healthy",
@@ -205,7 +197,6 @@ def drained(script: Path) -> dict[str, str]:
     }
 
 
-@needs_fleet
 def test_an_srun_sweep_of_pretend_nodes_merges_into_per_node_verdicts(tmp_path: Path) -> None:
     snapshots, nodes, work = tmp_path / "snapshots", tmp_path / "nodes", tmp_path / "work"
     for folder in (snapshots, nodes, work):
@@ -213,8 +204,8 @@ def test_an_srun_sweep_of_pretend_nodes_merges_into_per_node_verdicts(tmp_path: 
     for host, name in PRETEND_SNAPSHOTS.items():
         shutil.copy(SNAPSHOTS / f"{name}.json", snapshots / f"{host}.json")
     pytest_run = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nvlink-suite=h100-8gpu"]
-    task = ["bash", "-c", PRETEND_NODE, "pretend-node", str(snapshots), str(nodes), *pytest_run]
-    done = srun(5, [*task, f"--nvlink-json={nodes}/{{host}}.json"], work)
+    task = ["bash", "-c", PRETEND_NODE, "pretend-node", str(snapshots), *pytest_run]
+    done = srun(5, [*task, f"--nvlink-json={nodes}/{{host}}.json", f"--junitxml={nodes}/{{host}}.xml"], work)
     assert done.returncode != 0  # two nodes fail and one wrote nothing
     written = sorted(p.name for p in nodes.iterdir())
     assert written == [f"node{i}.{ext}" for i in range(4) for ext in ("json", "xml")], done.stderr[-2000:]
@@ -255,7 +246,6 @@ def test_an_srun_sweep_of_pretend_nodes_merges_into_per_node_verdicts(tmp_path: 
         assert host in merged.stdout  # the terminal table names every node that does not pass
 
 
-@needs_fleet
 def test_the_sweep_recipe_on_the_cluster_passes_a_healthy_node(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     env = {

@@ -6,13 +6,11 @@ place of Python prints or hangs, so the shell logic is pinned down on any machin
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from conftest import SNAPSHOTS
 from launch_procs import base_env
 
@@ -99,13 +97,6 @@ def test_an_unknown_argument_is_a_usage_error(tmp_path: Path) -> None:
     assert not (tmp_path / "python.args").exists()
 
 
-# Until --nvlink-quick is merged, the prolog's runs of the real plugin wait for it.
-needs_quick = pytest.mark.skipif(
-    importlib.util.find_spec("pytest_nvlink.quick") is None, reason="--nvlink-quick is not merged yet"
-)
-
-
-@needs_quick
 def test_the_real_quick_check_of_a_healthy_node_passes_silently(tmp_path: Path) -> None:
     healthy = f"--nvlink-replay={SNAPSHOTS / 'h100-8gpu-healthy.json'}"
     # The 10 s limit is for a node; this machine's test load must not make the check flaky.
@@ -114,7 +105,6 @@ def test_the_real_quick_check_of_a_healthy_node_passes_silently(tmp_path: Path) 
     assert not (tmp_path / "scontrol.args").exists()
 
 
-@needs_quick
 def test_the_real_quick_check_of_a_degraded_node_logs_its_failures_and_drains(tmp_path: Path) -> None:
     degraded = f"--nvlink-replay={SNAPSHOTS / 'h100-8gpu-degraded.json'}"
     done = prolog(tmp_path, None, "--drain", NVLINK_PYTEST_ARGS=degraded, NVLINK_QUICK_TIMEOUT_S="120")
