@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -27,6 +29,8 @@ from pytest_nvlink.snapshot import from_json, load_snapshot
 SRUN = shutil.which("srun")
 SINFO = shutil.which("sinfo")
 SBATCH = shutil.which("sbatch")
+SCONTROL = shutil.which("scontrol")
+SCANCEL = shutil.which("scancel") or "scancel"
 RECIPES = Path(__file__).resolve().parents[1] / "contrib" / "slurm"
 FLEET = Path(sys.executable).parent / "pytest-nvlink"  # the console script of this interpreter's install
 
@@ -103,18 +107,38 @@ def test_srun_launches_the_collective_harness_on_gloo(tmp_path: Path) -> None:
 
 
 def sbatch(script: str, options: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str]:
-    """Submit a recipe from contrib/slurm and wait for it; its exit status and its job output."""
-    assert SBATCH is not None
+    """Submit a recipe from contrib/slurm and wait for it; its exit status and its job output.
+
+    The job's state is polled every half second: ``sbatch --wait`` backs off to half a minute.
+    """
+    assert SBATCH is not None and SCONTROL is not None
     log = cwd / "job.out"
-    done = subprocess.run(
-        [SBATCH, "--wait", "--quiet", f"--chdir={cwd}", f"--output={log}", *options, str(RECIPES / script)],
+    submitted = subprocess.run(
+        [SBATCH, "--parsable", f"--chdir={cwd}", f"--output={log}", *options, str(RECIPES / script)],
         env={**base_env(), **env},
         capture_output=True,
         text=True,
-        timeout=240,
-        check=False,
+        timeout=60,
+        check=True,
     )
-    return done.returncode, done.stderr + (log.read_text() if log.exists() else "")
+    job = submitted.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 240
+    while True:
+        shown = subprocess.run(
+            [SCONTROL, "show", "job", "--oneliner", job], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+        state = re.search(r"\bJobState=(\S+)", shown)
+        assert state is not None, shown
+        if state.group(1) not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+            break
+        if time.monotonic() > deadline:
+            subprocess.run([SCANCEL, job], timeout=30, check=False)
+            pytest.fail(f"job {job} ({script}) still {state.group(1)} after 240 s: {shown}")
+        time.sleep(0.5)
+    code = re.search(r"\bExitCode=(\d+):(\d+)", shown)
+    assert code is not None, shown
+    status = int(code.group(1)) if code.group(2) == "0" else 128 + int(code.group(2))  # killed by a signal
+    return status, shown + (log.read_text() if log.exists() else "")
 
 
 def test_the_rack_recipe_launches_every_rank_and_rank0_judges(tmp_path: Path) -> None:
