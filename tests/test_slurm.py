@@ -15,16 +15,17 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from conftest import SNAPSHOTS
-from launch_procs import base_env, write_suite, write_trays
+from launch_procs import SUITE, THRESHOLDS, base_env, tray_node, write_suite
 
 from pytest_nvlink.measure.sendrecv import DEFAULT_CROSS_PEERS, pair_schedule
-from pytest_nvlink.model import Measurements
-from pytest_nvlink.snapshot import from_json, load_snapshot
+from pytest_nvlink.model import FabricInfo, Measurements
+from pytest_nvlink.snapshot import from_json, load_snapshot, save_snapshot
 
 SRUN = shutil.which("srun")
 SINFO = shutil.which("sinfo")
@@ -33,6 +34,20 @@ SCONTROL = shutil.which("scontrol")
 SCANCEL = shutil.which("scancel") or "scancel"
 RECIPES = Path(__file__).resolve().parents[1] / "contrib" / "slurm"
 FLEET = Path(sys.executable).parent / "pytest-nvlink"  # the console script of this interpreter's install
+
+
+def idle_node() -> str:
+    """A node of the cluster that can take a job now (the one-host cluster's only one)."""
+    assert SINFO is not None
+    names = subprocess.run(
+        [SINFO, "--noheader", "--states=idle,mixed", "--format=%n"],
+        capture_output=True,
+        text=True,
+        timeout=15,
+        check=False,
+    ).stdout.split()
+    assert names, "no idle Slurm node"
+    return names[0]
 
 
 def _cluster_answers() -> bool:
@@ -141,10 +156,28 @@ def sbatch(script: str, options: list[str], env: dict[str, str], cwd: Path) -> t
     return status, shown + (log.read_text() if log.exists() else "")
 
 
+# A one-tray rack suite: the cluster's one node is the tray, its four tasks the tray's GPUs.
+RACK_KEYS = """
+[fabric]
+# Source: tests only: the pretend tray carries a clique, as NVL72 trays do.
+clique_required = true
+
+[p2p]
+# Source: tests only: any figure gloo send/recv produces on a loaded CPU passes.
+sendrecv_min_gbps = 0.0001
+"""
+
+
 def test_the_rack_recipe_launches_every_rank_and_rank0_judges(tmp_path: Path) -> None:
-    suite, thresholds = write_suite(tmp_path, gpus=4)
-    with_trays = tmp_path / "trays"
-    pattern = write_trays(with_trays, ["localhost"], gpus=4)  # the cluster's one node is the one tray
+    node_name = idle_node()
+    suite = tmp_path / "rack-suite.toml"
+    suite.write_text(SUITE.format(gpus=4).replace("gpu_count = 4\n", "gpu_count = 4\ngpus_per_host = 4\n"))
+    thresholds = tmp_path / "rack-thresholds.toml"
+    thresholds.write_text(THRESHOLDS + RACK_KEYS)
+    tray, cluster = tray_node(node_name, gpus=4), str(uuid.uuid4())
+    for gpu in tray.gpus:
+        gpu.fabric = FabricInfo(state="completed", status="success", clique_id=5, cluster_uuid=cluster)
+    save_snapshot(tray, tmp_path / "trays" / f"{node_name}.json")
     out = tmp_path / "rack"
     env = {
         "NVLINK_SUITE": str(suite),
@@ -152,14 +185,15 @@ def test_the_rack_recipe_launches_every_rank_and_rank0_judges(tmp_path: Path) ->
         "NVLINK_PYTHON": sys.executable,
         "NVLINK_BACKEND": "gloo",
         "NVLINK_LAUNCH_ARGS": f"--thresholds {thresholds} --rack-name rack-ci",
-        "NVLINK_PYTEST_ARGS": "-p no:randomly",
-        "PYTEST_NVLINK_TRAY_SNAPSHOT": str(pattern),
+        # Copy-engine figures, counters and NCCL logs do not exist on gloo: judge what a rack adds.
+        "NVLINK_PYTEST_ARGS": "-p no:randomly -k (rack)or(test_path)or(test_p2p_status)or(collective_busbw)",
+        "PYTEST_NVLINK_TRAY_SNAPSHOT": str(tmp_path / "trays" / "{host}.json"),
     }
-    status, log = sbatch("nvlink-rack.sbatch", ["--nodes=1"], env, tmp_path)
+    status, log = sbatch("nvlink-rack.sbatch", ["--nodes=1", f"--nodelist={node_name}"], env, tmp_path)
     assert sorted(p.name for p in out.iterdir()) == ["junit.xml", "rack-snapshot.json", "report.html", "results.json"]
     node = load_snapshot(out / "rack-snapshot.json")
     assert node.host == "rack-ci"
-    assert [(g.index, g.host, g.local_index) for g in node.gpus] == [(i, "localhost", i) for i in range(4)]
+    assert [(g.index, g.host, g.local_index) for g in node.gpus] == [(i, node_name, i) for i in range(4)]
     assert [(c.op, c.world_size, c.correct, c.error) for c in node.measurements.collectives] == [
         ("all_reduce", 4, True, None),
         ("all_gather", 4, True, None),
@@ -168,15 +202,15 @@ def test_the_rack_recipe_launches_every_rank_and_rank0_judges(tmp_path: Path) ->
     assert [(m.src, m.dst) for m in node.measurements.p2p] == expected
     assert all(m.kind == "sendrecv" and m.error is None and m.value and m.value > 0 for m in node.measurements.p2p)
     results = json.loads((out / "results.json").read_text())
-    outcome = {item["nodeid"].split("/")[-1]: item for item in results["items"]}
-    assert outcome["test_collectives.py::test_collective_busbw[all_reduce]"]["outcome"] == "pass"
-    assert outcome["test_topology.py::test_path[gpu0-gpu3]"]["outcome"] == "pass"
-    # A replayed H100 tray has no copy-engine figures, counters or NCCL log: those fail closed, and
-    # the recipe's exit status is rank 0's verdict.
-    failed = [item for item in results["items"] if item["outcome"] != "pass"]
-    assert failed and all(item["message"].startswith("could not determine") for item in failed)
+    outcome = {item["nodeid"].split("::")[-1]: item for item in results["items"]}
+    for name in ("test_rack_trays", "test_rack_clique[tray0]", "test_collective_busbw[all_reduce]"):
+        assert outcome[name]["outcome"] == "pass", outcome[name]["message"]
+    # One host is one tray: no pair with another tray exists, and the rack check says so.
+    failed = {name: item["message"] for name, item in outcome.items() if item["outcome"] != "pass"}
+    assert list(failed) == ["test_rack_sendrecv[tray0]"], failed
+    assert "no send/recv pair of its GPUs with another tray was measured" in failed["test_rack_sendrecv[tray0]"]
     assert results["verdict"] == "FAIL"
-    assert status == 1, log
+    assert status == 1, log  # the job's exit status is rank 0's verdict
 
 
 def test_a_sweep_where_no_node_wrote_results_fails(tmp_path: Path) -> None:
