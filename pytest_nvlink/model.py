@@ -205,6 +205,39 @@ class TransportChannel:
 
 
 @dataclass
+class NcclRank:
+    """One rank of an NCCL communicator as its INFO log names it (``ncclCommInitRank`` lines).
+
+    A channel line names ranks and each rank's NVML device on its own host; which host that is, and so
+    whether a channel crosses hosts (trays of a rack), only these records say.
+    """
+
+    rank: int
+    host: str | None = None
+    nvml_dev: int | None = None
+
+
+@dataclass
+class MnnvlClique:
+    """NCCL's multi-node NVLink decision on one rank, as its INFO log states it.
+
+    ``MNNVL 1 cliqueId 2786 cliqueSize 4 cliqueRank 0 nvlDomainSize 4``: the clique the rank's GPU
+    registered in and how many of the job's ranks share it.
+
+    ``enabled`` False (``MNNVL 0``) means NCCL left multi-node NVLink unused and routes between hosts
+    through the network. Clique size and NVLink domain size count the job's ranks, not the rack's GPUs.
+    """
+
+    host: str | None
+    enabled: bool
+    rank: int | None = None  # from the rank's ncclCommInitRank line in the same process
+    clique_id: int | None = None
+    clique_size: int | None = None
+    clique_rank: int | None = None
+    nvl_domain_size: int | None = None
+
+
+@dataclass
 class NcclAudit:
     """What NCCL's own log says about the transports it picked."""
 
@@ -215,6 +248,8 @@ class NcclAudit:
     env: dict[str, str] = field(default_factory=dict)
     last_warn: str | None = None
     source: str | None = None
+    ranks: list[NcclRank] = field(default_factory=list)
+    mnnvl: list[MnnvlClique] = field(default_factory=list)
 
 
 @dataclass
