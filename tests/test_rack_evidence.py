@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 import sys
 from pathlib import Path
-from types import ModuleType
-from typing import Any
+from types import ModuleType, SimpleNamespace
+from typing import Any, cast
 
+import jsonschema
 import pytest
 from conftest import DATA
 
@@ -18,6 +20,9 @@ from pytest_nvlink.measure.rack import TrayProbe, merge_trays, read_trays
 from pytest_nvlink.model import FabricInfo, Gpu, MnnvlClique, NcclAudit, Node, NvLinkInfo, TransportChannel
 from pytest_nvlink.parsers import detect, nccl_log, nccl_tests, nvbandwidth
 from pytest_nvlink.parsers.common import ParseError
+from pytest_nvlink.report.json_results import load_schema
+from pytest_nvlink.report.record import nccl_transport_line
+from pytest_nvlink.run import Run
 from pytest_nvlink.snapshot import snapshot_document
 
 RACK = DATA / "rack"
@@ -328,3 +333,37 @@ def _regenerated(tmp_path: Path, variant: str) -> dict[Path, str]:
             GEN.HERE = original
         _CACHE[variant] = {p.relative_to(tmp_path): p.read_text() for p in (tmp_path / variant).rglob("*.txt")}
     return _CACHE[variant]
+
+
+# --- the record and the terminal ---------------------------------------------------------------------
+
+
+def test_terminal_and_json_name_the_transports_nccl_used(pytester: pytest.Pytester) -> None:
+    out = pytester.path / "results.json"
+    result = pytester.runpytest(
+        "--nvlink-suite=gb200-4gpu",
+        f"--nvlink-evidence={RACK / 'net-ib'}",
+        f"--nvlink-json={out}",
+        "-k",
+        "test_gpu_count",
+        "-p",
+        "no:cacheprovider",
+    )
+    channels = GEN.TRAYS * GEN.CHANNELS
+    result.stdout.fnmatch_lines(
+        [f"NCCL transports: P2P/CUMEM {72 * GEN.CHANNELS - channels} channels, NET/IB {channels} channels"]
+    )
+    document = json.loads(out.read_text())
+    assert document["nccl_transports"] == [
+        {"transport": "P2P/CUMEM", "channels": 72 * GEN.CHANNELS - channels},
+        {"transport": "NET/IB", "channels": channels},
+    ]
+    jsonschema.validate(document, load_schema())
+
+
+def test_transport_line_counts_mnnvl_ranks_and_cliques() -> None:
+    node = load_evidence([RACK / "wrong-clique"])
+    line = nccl_transport_line(cast(Run, SimpleNamespace(node=node)))
+    assert line is not None and line.startswith("NCCL transports: P2P/MNNVL ")
+    assert line.endswith("; MNNVL on 72 of 72 ranks (cliques 7ffe, 7fff)")
+    assert nccl_transport_line(cast(Run, SimpleNamespace(node=Node(source="evidence")))) is None
