@@ -207,10 +207,8 @@ def detect_all(files: list[Loaded]) -> list[tuple[str, Loaded]]:
     return found
 
 
-def absorb(kind: str, loaded: Loaded, merger: Merger, pending: Pending) -> None:
-    if kind == detect.NCCL_LOG:
-        pending.nccl_logs.append(loaded)  # merged together at the end: one log per rank is common
-        return
+def parse_loaded(kind: str, loaded: Loaded) -> object:
+    """The parsed output; a damaged one or an impossible value is an EvidenceError naming file and line."""
     try:
         result = detect.parse_kind(kind, loaded.text)
     except ParseError as exc:
@@ -218,6 +216,14 @@ def absorb(kind: str, loaded: Loaded, merger: Merger, pending: Pending) -> None:
     impossible = parsed_value_error(result, loaded.name, loaded.text)
     if impossible:
         raise EvidenceError(impossible)
+    return result
+
+
+def absorb(kind: str, loaded: Loaded, merger: Merger, pending: Pending) -> None:
+    if kind == detect.NCCL_LOG:
+        pending.nccl_logs.append(loaded)  # merged together at the end: one log per rank is common
+        return
+    result = parse_loaded(kind, loaded)
     for line_no, text in getattr(result, "notes", ()):
         pending.note(loaded.file, f"line {loaded.first_line - 1 + line_no}: {text}" if line_no else text)
     _dispatch(kind, result, loaded, merger, pending)

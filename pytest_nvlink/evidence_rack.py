@@ -17,16 +17,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_nvlink.evidence import FAMILIES, Loaded, Pending, absorb, absorb_nccl_logs, detect_all
+from pytest_nvlink.evidence import FAMILIES, Loaded, Pending, absorb, absorb_nccl_logs, detect_all, parse_loaded
 from pytest_nvlink.evidence_merge import EvidenceConflict, EvidenceError, Merger
 from pytest_nvlink.measure.rack import Tray, TrayProbe, merge_trays, read_trays
 from pytest_nvlink.model import GpuList, Measurements, Node, P2PMeasurement
 from pytest_nvlink.parsers import detect, nccl_log
-from pytest_nvlink.parsers.common import ParseError
 from pytest_nvlink.parsers.nccl_tests import NcclTestsResult
 from pytest_nvlink.parsers.nvbandwidth import NvbandwidthResult
 from pytest_nvlink.snapshot import snapshot_document
-from pytest_nvlink.values import evidence_value_error, parsed_value_error
+from pytest_nvlink.values import evidence_value_error
 
 __all__ = ["is_rack_evidence", "load_rack"]
 
@@ -100,32 +99,21 @@ def _only_comments(text: str) -> bool:
     return all(line.lstrip().startswith("#") for line in text.splitlines() if line.strip())
 
 
-def _parse(kind: str, loaded: Loaded) -> object:
-    try:
-        result = detect.parse_kind(kind, loaded.text)
-    except ParseError as exc:
-        raise EvidenceError(f"{loaded.where(exc.line_no)}: {exc.message} (read as {kind})") from None
-    impossible = parsed_value_error(result, loaded.name, loaded.text)
-    if impossible:
-        raise EvidenceError(impossible)
-    return result
-
-
 def _read_rack_wide(kind: str, loaded: Loaded, rack: _Rack) -> bool:
     """Keep an output of a run over the rack; False for one host's own output."""
     if kind == detect.NCCL_LOG:
-        _parse(kind, loaded)  # an error names this file, not the merged logs
+        parse_loaded(kind, loaded)  # an error names this file, not the merged logs
         rack.nccl_logs.append(loaded)
         return True
     if kind == detect.NVBANDWIDTH:
-        result = _parse(kind, loaded)
+        result = parse_loaded(kind, loaded)
         assert isinstance(result, NvbandwidthResult)
         if result.processes:
             rack.nvbandwidth.append((result, loaded))
             _take_ranks(rack, {p.process: p.host for p in result.processes.values()}, loaded.name)
             return True
     if kind == detect.NCCL_TESTS:
-        result = _parse(kind, loaded)
+        result = parse_loaded(kind, loaded)
         assert isinstance(result, NcclTestsResult)
         if len(result.hosts) > 1:
             rack.nccl_tests.append((result, loaded))
