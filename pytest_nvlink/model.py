@@ -328,6 +328,18 @@ class Node:
             return None
         return next((s for s in self.p2p if s.src == src and s.dst == dst), None)
 
+    def channel_gpu(self, rank: int, dev: int) -> int:
+        """The node GPU an NCCL channel's ``rank[dev]`` names.
+
+        ``dev`` is the NVML index on the rank's own host: on a node of several hosts (a rack) it is the
+        GPU of that host with that local index, the host taken from the log's ``ncclCommInitRank`` lines.
+        """
+        audit = self.measurements.nccl
+        host = next((r.host for r in audit.ranks if r.rank == rank), None) if audit is not None else None
+        if host is None or not any(gpu.host for gpu in self.gpus):
+            return dev
+        return next((gpu.index for gpu in self.gpus if gpu.host == host and gpu.local_index == dev), dev)
+
     def virtualization(self) -> str | None:
         """The strongest virtualization mode any GPU reports, or None if none reports one."""
         modes = {gpu.virtualization_mode for gpu in self.gpus if gpu.virtualization_mode}

@@ -367,3 +367,15 @@ def test_transport_line_counts_mnnvl_ranks_and_cliques() -> None:
     assert line is not None and line.startswith("NCCL transports: P2P/MNNVL ")
     assert line.endswith("; MNNVL on 72 of 72 ranks (cliques 7ffe, 7fff)")
     assert nccl_transport_line(cast(Run, SimpleNamespace(node=Node(source="evidence")))) is None
+
+
+def test_channel_devices_name_rack_gpus_through_the_ranks_hosts() -> None:
+    node = load_evidence([RACK / "net-ib"])
+    audit = node.measurements.nccl
+    assert audit is not None
+    crossing = next(c for c in audit.channels if c.transport == "NET")
+    assert (crossing.src_rank, crossing.src_dev, crossing.dst_rank, crossing.dst_dev) == (3, 3, 4, 0)
+    assert (node.channel_gpu(crossing.src_rank, crossing.src_dev), node.channel_gpu(4, 0)) == (3, 4)
+    assert node.channel_gpu(71, 3) == 71
+    one_host = Node(source="evidence", gpus=[Gpu(index=0), Gpu(index=1)])
+    assert one_host.channel_gpu(1, 1) == 1
