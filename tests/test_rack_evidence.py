@@ -379,3 +379,9 @@ def test_channel_devices_name_rack_gpus_through_the_ranks_hosts() -> None:
     assert node.channel_gpu(71, 3) == 71
     one_host = Node(source="evidence", gpus=[Gpu(index=0), Gpu(index=1)])
     assert one_host.channel_gpu(1, 1) == 1
+
+
+def test_mnnvl_line_with_fields_added_later_still_reads() -> None:
+    line = "h1:10:11 [0] NCCL INFO MNNVL 1 cliqueId 7ffe cliqueSize 8 cliqueRank 2 nvlDomainSize 8 cliqueIdx 0\n"
+    (clique,) = nccl_log.parse(line).cliques
+    assert (clique.clique_id, clique.clique_size, clique.nvl_domain_size) == (0x7FFE, 8, 8)

@@ -78,7 +78,7 @@ _MNNVL = re.compile(
 _MNNVL_DECISION = re.compile(r"MNNVL\s+([01])\s+cliqueId\b")
 _MNNVL_FIELDS = re.compile(
     r"MNNVL\s+([01])\s+cliqueId\s+(?:0x)?([0-9a-fA-F]+)\s+cliqueSize\s+(\d+)\s+cliqueRank\s+(\d+)"
-    r"(?:\s+nvlDomainSize\s+(\d+))?\s*"
+    r"(?:\s+nvlDomainSize\s+(\d+))?(?:\s+\w+\s+\w+)*\s*"  # later versions may append "key value" pairs
 )
 _HEALTH_FIELDS = ("degraded_bandwidth", "route_recovery", "route_unhealthy", "access_timeout_recovery")
 
