@@ -277,3 +277,36 @@ def test_usage_errors_exit_2(tmp_path: Path, args: list[str], message: str) -> N
     status, _, err = run(str(tmp_path), *args)
     assert status == 2
     assert message in err
+
+
+def test_without_the_fleet_extra_the_jsonschema_package_validates_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pytest_nvlink.fleet.load as load
+
+    monkeypatch.setattr(load, "_compiled_validator", lambda schema: None)
+    monkeypatch.setattr(load, "_json_loader", lambda: load._stdlib_loads)
+    assert not load.ResultsReader().fast
+    (tmp_path / "node.json").write_text(json.dumps(_set(real_results(), "items.2.pytest_outcome", "maybe")))
+    with pytest.raises(FleetInputError, match=r"node\.json: items\[2\]\.pytest_outcome: 'maybe' is not one of"):
+        read_fleet([tmp_path], hosts)
+
+
+def test_with_the_fleet_extra_the_fast_path_is_taken() -> None:
+    import pytest_nvlink.fleet.load as load
+
+    assert load.ResultsReader().fast  # orjson and jsonschema-rs are dev dependencies
+
+
+def test_worker_processes_read_the_same_fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_nvlink.fleet.load as load
+
+    monkeypatch.setattr(load, "PARALLEL_MIN_FILES", 2)
+    nodes = fleet_of(4, change=lambda host, d: failing(d, "test_fabric", "fabric down") if host == "gpu003" else d)
+    write_fleet(tmp_path, nodes)
+    assert read_fleet([tmp_path], hosts, jobs=2) == ["gpu001", "gpu002", "gpu003", "gpu004"]
+    fleet = merge_paths([tmp_path], None, OutlierSettings(), jobs=2)
+    assert [(n.host, n.status) for n in fleet.nodes][0] == ("gpu003", "fail")
+    (tmp_path / "gpu005.json").write_text("{")
+    with pytest.raises(FleetInputError, match=r"gpu005\.json: not readable JSON"):
+        read_fleet([tmp_path], hosts, jobs=2)

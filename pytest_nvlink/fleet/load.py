@@ -226,26 +226,65 @@ def _short(message: str, limit: int = 200) -> str:
     return message if len(message) <= limit else message[: limit - 1] + "…"
 
 
-def read_fleet(paths: Iterable[Path], keep: Callable[[NodeFile], T], reader: ResultsReader | None = None) -> list[T]:
+def read_fleet(
+    paths: Iterable[Path],
+    keep: Callable[[NodeFile], T],
+    reader: ResultsReader | None = None,
+    jobs: int = 1,
+) -> list[T]:
     """``keep(node)`` of one file per host; the same host twice with different results is an input error.
 
     Only what ``keep`` returns stays in memory: a thousand parsed documents would hold ~14 million
-    objects, and the garbage collector's passes over them would dominate the merge.
+    objects, and the garbage collector's passes over them would dominate the merge. With ``jobs``
+    above 1 and many files, worker processes read them (``keep`` must then be a module-level function).
     """
-    reader = reader or ResultsReader()
+    files = find_result_files(paths)
+    if jobs > 1 and len(files) >= PARALLEL_MIN_FILES:
+        read = _read_in_workers(files, keep, jobs)
+    else:
+        reader = reader or ResultsReader()
+        read = [_read_one(reader, path, keep) for path in files]
     kept: list[T] = []
     first_file: dict[str, Path] = {}
-    for path in find_result_files(paths):
-        node = reader.read(path)
-        earlier = first_file.get(node.host)
+    for host, path, value in read:
+        earlier = first_file.get(host)
         if earlier is None:
-            first_file[node.host] = path
-            kept.append(keep(node))
-        elif not _same_results(reader.read(earlier).document, node.document):
-            raise FleetInputError(
-                f"{path}: host: {node.host!r} also has {earlier} with different results; keep one of them"
-            )
+            first_file[host] = path
+            kept.append(value)
+        else:
+            _refuse_conflict(reader or ResultsReader(), host, earlier, path)
     return kept
+
+
+def _read_one(reader: ResultsReader, path: Path, keep: Callable[[NodeFile], T]) -> tuple[str, Path, T]:
+    node = reader.read(path)
+    return node.host, path, keep(node)
+
+
+def _refuse_conflict(reader: ResultsReader, host: str, earlier: Path, path: Path) -> None:
+    """A copy of the same run counts once; a rerun with other results leaves the node undecided."""
+    if not _same_results(reader.read(earlier).document, reader.read(path).document):
+        raise FleetInputError(f"{path}: host: {host!r} also has {earlier} with different results; keep one of them")
+
+
+# Below this many files the workers' start costs more than they save.
+PARALLEL_MIN_FILES = 64
+_WORKER_READER: list[ResultsReader] = []  # one reader (compiled validator) per worker process
+
+
+def _read_chunk(paths: list[Path], keep: Callable[[NodeFile], T]) -> list[tuple[str, Path, T]]:
+    if not _WORKER_READER:
+        _WORKER_READER.append(ResultsReader())
+    return [_read_one(_WORKER_READER[0], path, keep) for path in paths]
+
+
+def _read_in_workers(files: list[Path], keep: Callable[[NodeFile], T], jobs: int) -> list[tuple[str, Path, T]]:
+    from concurrent.futures import ProcessPoolExecutor
+
+    chunk = max(1, len(files) // (jobs * 4))
+    chunks = [files[start : start + chunk] for start in range(0, len(files), chunk)]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return [entry for part in pool.map(_read_chunk, chunks, [keep] * len(chunks)) for entry in part]
 
 
 def _same_results(first: dict[str, Any], second: dict[str, Any]) -> bool:
