@@ -205,6 +205,7 @@ def test_the_same_results_twice_count_once_and_conflicting_ones_are_refused(tmp_
     [
         ("not json", "not readable JSON"),
         ("[1]", "a JSON object is expected"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
         ('{"kind": "pytest-nvlink-snapshot"}', "kind: 'pytest-nvlink-snapshot' is not 'pytest-nvlink-results'"),
     ],
 )
@@ -306,7 +307,7 @@ def test_worker_processes_read_the_same_fleet(tmp_path: Path, monkeypatch: pytes
     write_fleet(tmp_path, nodes)
     assert read_fleet([tmp_path], hosts, jobs=2) == ["gpu001", "gpu002", "gpu003", "gpu004"]
     fleet = merge_paths([tmp_path], None, OutlierSettings(), jobs=2)
-    assert [(n.host, n.status) for n in fleet.nodes][0] == ("gpu003", "fail")
+    assert (fleet.nodes[0].host, fleet.nodes[0].status) == ("gpu003", "fail")
     (tmp_path / "gpu005.json").write_text("{")
     with pytest.raises(FleetInputError, match=r"gpu005\.json: not readable JSON"):
         read_fleet([tmp_path], hosts, jobs=2)
