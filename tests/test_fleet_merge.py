@@ -151,10 +151,10 @@ def test_a_partial_audit_or_no_judged_check_is_incomplete(tmp_path: Path) -> Non
 
 def test_a_node_missing_from_expect_nodes_fails(tmp_path: Path) -> None:
     write_fleet(tmp_path, fleet_of(3))
-    status, out, _ = run(str(tmp_path), "--expect-nodes", "gpu[001-004]")
+    status, out, _ = run(str(tmp_path), "--expect-nodes", "gpu[001-002,004]")
     assert status == 1
-    assert "gpu004" in out
-    assert "MISSING" in out
+    assert re.search(r"gpu004\s+MISSING", out)
+    assert "1 node(s) sent results but are not in --expect-nodes: gpu003" in out
     names = tmp_path / "expected.txt"
     names.write_text("# the rack\ngpu[001-002]\ngpu003  # last one\n")
     status, _, _ = run(
@@ -311,3 +311,20 @@ def test_worker_processes_read_the_same_fleet(tmp_path: Path, monkeypatch: pytes
     (tmp_path / "gpu005.json").write_text("{")
     with pytest.raises(FleetInputError, match=r"gpu005\.json: not readable JSON"):
         read_fleet([tmp_path], hosts, jobs=2)
+
+
+def test_a_schema_that_requires_the_top_level_host_reads_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_nvlink.fleet.load as load
+    from pytest_nvlink.report.json_results import load_schema as original
+
+    def with_host_required() -> dict[str, object]:
+        schema = original()
+        schema["properties"]["host"] = {"type": "string", "minLength": 1}
+        schema["required"].append("host")
+        return schema
+
+    monkeypatch.setattr(load, "load_schema", with_host_required)
+    document = real_results()
+    document["host"] = "named"
+    write_fleet(tmp_path, {"x": document})
+    assert read_fleet([tmp_path], hosts) == ["named"]

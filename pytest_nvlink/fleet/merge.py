@@ -73,6 +73,7 @@ class Fleet:
     settings: OutlierSettings
     expected: int | None = None  # how many nodes --expect-nodes named
     problems: list[str] = field(default_factory=list)  # fleet-level failures (an empty input)
+    unexpected: list[str] = field(default_factory=list)  # hosts with results that --expect-nodes does not name
 
     def count(self, status: str) -> int:
         return sum(1 for node in self.nodes if node.status == status)
@@ -94,8 +95,9 @@ class Fleet:
 def merge(files: Sequence[NodeSummary], expected: Iterable[str] | None, settings: OutlierSettings) -> Fleet:
     verdicts = [node.verdict for node in files]
     expected_hosts = list(expected) if expected is not None else None
+    present = {node.host for node in files}
+    unexpected = [] if expected_hosts is None else sorted(present - set(expected_hosts))
     if expected_hosts is not None:
-        present = {node.host for node in files}
         verdicts += [
             NodeVerdict(host, MISSING, "missing: no results file for this expected node", None, None)
             for host in expected_hosts
@@ -105,7 +107,7 @@ def merge(files: Sequence[NodeSummary], expected: Iterable[str] | None, settings
     families, outliers = find_outliers(files, settings)
     problems = [] if files else ["no results file was found: an empty fleet proves nothing"]
     expected_count = None if expected_hosts is None else len(expected_hosts)
-    return Fleet(verdicts, tally_checks(files), families, outliers, settings, expected_count, problems)
+    return Fleet(verdicts, tally_checks(files), families, outliers, settings, expected_count, problems, unexpected)
 
 
 @dataclass
