@@ -46,6 +46,8 @@ def real_results(replay: str = "h100-8gpu-healthy") -> Document:
 def with_host(document: Document, host: str) -> Document:
     changed = copy.deepcopy(document)
     changed["node"]["host"] = host
+    if "host" in changed:
+        changed["host"] = host
     return changed
 
 

@@ -185,8 +185,11 @@ def test_the_host_comes_from_the_top_level_then_the_node_then_the_file_name(tmp_
     top = real_results()
     top["host"] = "top-host"
     stem = real_results()
+    del stem["host"]
     stem["node"]["host"] = None
-    write_fleet(tmp_path, {"file-a": top, "file-b": stem, "file-c": real_results()})
+    older = real_results()
+    del older["host"]
+    write_fleet(tmp_path, {"file-a": top, "file-b": stem, "file-c": older})
     assert sorted(read_fleet([tmp_path], hosts)) == ["file-b", "hgx-h100-01", "top-host"]
 
 

@@ -113,7 +113,7 @@ class ResultsReader:
         schema = load_schema()
         # The top-level host is checked here, so that files with and without it validate alike.
         schema["properties"].pop(HOST_KEY, None)
-        schema["required"] = [key for key in schema["required"] if key != HOST_KEY]
+        schema["required"] = [key for key in schema.get("required", []) if key != HOST_KEY]
         self._validator = Draft202012Validator(schema)
         self._is_valid = _compiled_validator(schema)
         self._loads = _json_loader()

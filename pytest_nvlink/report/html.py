@@ -108,6 +108,7 @@ def report_context(results: Results) -> dict[str, object]:
         "suite": run.suite,
         "thresholds": run.thresholds,
         "node": node,
+        "host": run.host,
         "source": source_text(run),
         "created": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "models": sorted({gpu.name or "unknown model" for gpu in node.gpus}),
