@@ -133,7 +133,9 @@ class ResultsReader:
         return NodeFile(host, path, document)
 
     def _refuse_invalid(self, body: dict[str, Any], path: Path) -> None:
-        error = next(iter(self._validator.iter_errors(body)), None)
+        from jsonschema.exceptions import best_match
+
+        error = best_match(self._validator.iter_errors(body))
         if error is not None:
             key = _key_path(error.absolute_path) or "(top level)"
             raise FleetInputError(f"{path}: {key}: {_short(error.message)} (not a valid pytest-nvlink results file)")
@@ -202,20 +204,32 @@ def _host_of(document: dict[str, Any], path: Path) -> str:
     return path.stem
 
 
+# What the merge reads of each measurement: the figure and the fields that say where it was taken.
+FIGURE_FIELDS = {
+    "p2p": ("value", {"kind": str, "src": int, "dst": int}),
+    "collectives": ("busbw_gbps", {"op": str, "size_bytes": int}),
+}
+
+
 def check_figures(document: dict[str, Any], path: Path) -> None:
-    """NaN, infinite or negative figures are input errors, not slow or fast nodes."""
+    """NaN, infinite or negative figures, or figures without their pair or size, are input errors."""
     measurements = document["node"]["measurements"]
-    for name, field in (("p2p", "value"), ("collectives", "busbw_gbps")):
+    for name, (figure, fields) in FIGURE_FIELDS.items():
         entries = measurements.get(name, [])
         if not isinstance(entries, list):
             raise FleetInputError(f"{path}: node.measurements.{name}: a list is expected")
         for index, entry in enumerate(entries):
-            value = entry.get(field) if isinstance(entry, dict) else None
+            key = f"node.measurements.{name}[{index}]"
+            if not isinstance(entry, dict):
+                raise FleetInputError(f"{path}: {key}: an object is expected")
+            value = entry.get(figure)
             if value is None:
-                continue
+                continue  # not measured: the node's checks say why
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                key = f"node.measurements.{name}[{index}].{field}"
-                raise FleetInputError(f"{path}: {key}: {value!r} is not a finite, non-negative figure")
+                raise FleetInputError(f"{path}: {key}.{figure}: {value!r} is not a finite, non-negative figure")
+            for field, kind in fields.items():
+                if not isinstance(entry.get(field), kind) or isinstance(entry.get(field), bool):
+                    raise FleetInputError(f"{path}: {key}.{field}: {entry.get(field)!r} is not a {kind.__name__}")
 
 
 def _key_path(parts: Iterable[object]) -> str:
