@@ -229,7 +229,8 @@ def check_figures(document: dict[str, Any], path: Path) -> None:
                 raise FleetInputError(f"{path}: {key}.{figure}: {value!r} is not a finite, non-negative figure")
             for field, kind in fields.items():
                 if not isinstance(entry.get(field), kind) or isinstance(entry.get(field), bool):
-                    raise FleetInputError(f"{path}: {key}.{field}: {entry.get(field)!r} is not a {kind.__name__}")
+                    what = "whole number" if kind is int else "string"
+                    raise FleetInputError(f"{path}: {key}.{field}: {entry.get(field)!r} is not a {what}")
 
 
 def _key_path(parts: Iterable[object]) -> str:
