@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -87,25 +88,22 @@ def _positive(text: str) -> float:
     return value
 
 
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is below 1")
-    return value
+def _whole_number(minimum: int, why: str = "") -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below {minimum}{why}")
+        return value
+
+    return parse
 
 
-def _at_least_three(text: str) -> int:
-    # A median and MAD of fewer than three values cannot single out one node.
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 3:
-        raise argparse.ArgumentTypeError(f"{value} is below 3; a median of fewer nodes singles out none")
-    return value
+_at_least_one = _whole_number(1)
+# A median and MAD of fewer than three values cannot single out one node.
+_at_least_three = _whole_number(3, "; a median of fewer nodes singles out none")
 
 
 def expected_nodes(value: str) -> list[str]:
