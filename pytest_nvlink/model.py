@@ -205,6 +205,39 @@ class TransportChannel:
 
 
 @dataclass
+class NcclRank:
+    """One rank of an NCCL communicator as its INFO log names it (``ncclCommInitRank`` lines).
+
+    A channel line names ranks and each rank's NVML device on its own host; which host that is, and so
+    whether a channel crosses hosts (trays of a rack), only these records say.
+    """
+
+    rank: int
+    host: str | None = None
+    nvml_dev: int | None = None
+
+
+@dataclass
+class MnnvlClique:
+    """NCCL's multi-node NVLink decision on one rank, as its INFO log states it.
+
+    ``MNNVL 1 cliqueId 2786 cliqueSize 4 cliqueRank 0 nvlDomainSize 4``: the clique the rank's GPU
+    registered in and how many of the job's ranks share it.
+
+    ``enabled`` False (``MNNVL 0``) means NCCL left multi-node NVLink unused and routes between hosts
+    through the network. Clique size and NVLink domain size count the job's ranks, not the rack's GPUs.
+    """
+
+    host: str | None
+    enabled: bool
+    rank: int | None = None  # from the rank's ncclCommInitRank line in the same process
+    clique_id: int | None = None
+    clique_size: int | None = None
+    clique_rank: int | None = None
+    nvl_domain_size: int | None = None
+
+
+@dataclass
 class NcclAudit:
     """What NCCL's own log says about the transports it picked."""
 
@@ -215,6 +248,8 @@ class NcclAudit:
     env: dict[str, str] = field(default_factory=dict)
     last_warn: str | None = None
     source: str | None = None
+    ranks: list[NcclRank] = field(default_factory=list)
+    mnnvl: list[MnnvlClique] = field(default_factory=list)
 
 
 @dataclass
@@ -292,6 +327,18 @@ class Node:
         if self.p2p is None:
             return None
         return next((s for s in self.p2p if s.src == src and s.dst == dst), None)
+
+    def channel_gpu(self, rank: int, dev: int) -> int:
+        """The node GPU an NCCL channel's ``rank[dev]`` names.
+
+        ``dev`` is the NVML index on the rank's own host: on a node of several hosts (a rack) it is the
+        GPU of that host with that local index, the host taken from the log's ``ncclCommInitRank`` lines.
+        """
+        audit = self.measurements.nccl
+        host = next((r.host for r in audit.ranks if r.rank == rank), None) if audit is not None else None
+        if host is None or not any(gpu.host for gpu in self.gpus):
+            return dev
+        return next((gpu.index for gpu in self.gpus if gpu.host == host and gpu.local_index == dev), dev)
 
     def virtualization(self) -> str | None:
         """The strongest virtualization mode any GPU reports, or None if none reports one."""

@@ -40,6 +40,7 @@ def results_document(results: Results) -> dict[str, Any]:
         "audit": results.audit,
         "items": [_item(item) for item in results.items],
         "baseline": baseline_document(results.baseline),
+        "nccl_transports": [{"transport": name, "channels": count} for name, count in results.nccl_transports],
         "node": node_to_dict(run.node),
     }
 
