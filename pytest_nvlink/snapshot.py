@@ -8,6 +8,7 @@ node that would let checks pass on facts nobody measured.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import tempfile
@@ -217,8 +218,7 @@ def from_json(cls: type[T], data: object, where: str) -> T:
     """Build dataclass ``cls`` from parsed JSON, checking every field's type."""
     if not isinstance(data, dict):
         raise SnapshotError(f"{where}: expected an object, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    hints, known = _fields_of(cls)  # type: ignore[arg-type]  # a dataclass type is hashable
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise SnapshotError(f"{where}.{unknown[0]}: unknown field")
@@ -229,6 +229,12 @@ def from_json(cls: type[T], data: object, where: str) -> T:
         elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
             raise SnapshotError(f"{where}.{name}: required field missing")
     return cls(**kwargs)
+
+
+@functools.cache
+def _fields_of(cls: type[Any]) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
+    """A dataclass's resolved type hints and fields; resolving them per record cost most of a large load."""
+    return typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls)}
 
 
 def _convert(hint: Any, value: object, where: str) -> Any:
