@@ -435,6 +435,7 @@ class Suite:
     default_path: str
     pairs: dict[tuple[int, int], PairExpectation]
     measure: Measure
+    pair_items: str = "auto"  # PAIR_ITEMS
 
     def expected_path(self, a: int, b: int) -> str:
         low, high = min(a, b), max(a, b)
@@ -480,7 +481,8 @@ def _valid_expected_path(value: Any) -> bool:
 
 
 _SUITE_KEYS = {"suite", "topology", "measure"}
-_SUITE_FIELDS = {"description", "thresholds", "gpu_count", "gpu_models", "nvswitch"}
+_SUITE_FIELDS = {"description", "thresholds", "gpu_count", "gpu_models", "nvswitch", "pair_items"}
+PAIR_ITEMS = ("auto", "pair", "source")  # one test item per GPU pair, or per source GPU; auto: by GPU count
 
 
 def resolve_suite_path(ref: str) -> Path:
@@ -518,7 +520,15 @@ def load_suite(ref: str) -> Suite:
         default_path=_default_path(path, raw),
         pairs=_pair_expectations(path, raw, count),
         measure=_measure(path, raw),
+        pair_items=_pair_items(path, head),
     )
+
+
+def _pair_items(path: Path, head: dict[str, Any]) -> str:
+    value = head.get("pair_items", "auto")
+    if value not in PAIR_ITEMS:
+        raise ConfigError(f"{path}:suite.pair_items: expected {', '.join(map(repr, PAIR_ITEMS))}, got {value!r}")
+    return str(value)
 
 
 def _table(path: Path, raw: dict[str, Any], name: str) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Generator
-from itertools import combinations, permutations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +28,7 @@ RUN_KEY = pytest.StashKey["Run"]()
 # Set in a pytest-xdist worker: its node and measurements came from the controller, complete.
 HANDED_OVER_KEY = pytest.StashKey[bool]()
 JUDGED_KEY = pytest.StashKey[bool]()  # on an item: nvlink_judge was called
+PAIRS_KEY = pytest.StashKey["list[dict[str, object]] | None"]()  # on an item: its per-pair verdicts
 TALLY_KEY = pytest.StashKey["AuditTally"]()
 # Check areas whose items make the live provider run a measurement campaign.
 _CAMPAIGN_OF_AREA = {"bandwidth": "p2p", "collectives": "collectives"}
@@ -149,6 +149,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # Hooks that only a run needs are registered here, so the inert plugin adds no call per test.
     config.pluginmanager.register(_ShapeFilter(), "nvlink-shape-filter")
     config.pluginmanager.register(_JudgedCheck(), "nvlink-judged-check")
+    from pytest_nvlink import plugin_pairs
+
+    config.pluginmanager.register(plugin_pairs, "nvlink-pairs")
     _start_tally(config)
 
 
@@ -246,17 +249,14 @@ class _ShapeFilter:
 
 
 def _parametrize(metafunc: pytest.Metafunc, run: Run) -> None:
-    from pytest_nvlink.model import gpu_id, pair_id
+    from pytest_nvlink.model import gpu_id
+    from pytest_nvlink.plugin_pairs import pair_params
 
     count = run.suite.gpu_count
     # Parametrize by the suite's expectation, not by what was found: a missing GPU must fail, not vanish.
     params: dict[str, tuple[list[Any], list[str]]] = {
         "nvlink_gpu_index": (list(range(count)), [gpu_id(i) for i in range(count)]),
-        "nvlink_pair": (list(combinations(range(count), 2)), [pair_id(a, b) for a, b in combinations(range(count), 2)]),
-        "nvlink_ordered_pair": (
-            list(permutations(range(count), 2)),
-            [pair_id(a, b) for a, b in permutations(range(count), 2)],
-        ),
+        **pair_params(run.suite),
         "nvlink_collective": (list(run.suite.measure.collectives), list(run.suite.measure.collectives)),
     }
     for name, (values, ids) in params.items():
@@ -367,20 +367,6 @@ def nvlink_gpu_index(request: pytest.FixtureRequest) -> int:
 
 
 @pytest.fixture
-def nvlink_pair(request: pytest.FixtureRequest) -> tuple[int, int]:
-    """An unordered GPU pair (a < b); parametrized over every pair of the suite's GPUs."""
-    a, b = request.param
-    return int(a), int(b)
-
-
-@pytest.fixture
-def nvlink_ordered_pair(request: pytest.FixtureRequest) -> tuple[int, int]:
-    """An ordered GPU pair (src, dst); parametrized over every ordered pair of the suite's GPUs."""
-    src, dst = request.param
-    return int(src), int(dst)
-
-
-@pytest.fixture
 def nvlink_collective(request: pytest.FixtureRequest) -> str:
     """A collective name from the suite's ``measure.collectives``."""
     return str(request.param)
@@ -411,6 +397,10 @@ def nvlink_judge(request: pytest.FixtureRequest, nvlink_run: Run) -> Callable[[V
 
 
 def _record(item: pytest.Item, run: Run, verdict: Verdict) -> None:
+    from pytest_nvlink.verdict_groups import pair_records
+
+    # A per-source item's every pair goes to the results record, not into JUnit's properties.
+    item.stash[PAIRS_KEY] = pair_records(verdict)
     item.user_properties.append(("suite", run.suite.name))
     item.user_properties.append(("source", run.node.source))
     item.user_properties.append(("outcome", verdict.outcome.value))
@@ -425,6 +415,8 @@ class _JudgedCheck:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
         report = yield
+        if report.when == "call" and item.stash.get(PAIRS_KEY, None) is not None:
+            report.nvlink_pairs = item.stash[PAIRS_KEY]  # a plain attribute travels with the report under xdist
         if (
             report.when == "call"
             and report.passed
@@ -463,32 +455,9 @@ def _start_tally(config: pytest.Config) -> None:
         from pytest_nvlink.report.pytest_html import PytestHtmlColumns
 
         config.pluginmanager.register(PytestHtmlColumns(), "nvlink-pytest-html")
-        config.pluginmanager.register(_HtmlExtras(), "nvlink-pytest-html-extras")
+        from pytest_nvlink.plugin_html import HtmlExtras
 
-
-class _HtmlExtras:
-    """pytest-html: the picture a failing row is about (heatmap or topology) as an extra on that row."""
-
-    def __init__(self) -> None:
-        self.rendered: dict[str, str | None] = {}
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
-        report = yield
-        run = _run(item.config)
-        if run is None or report.when != "call" or not report.failed or item.get_closest_marker("nvlink") is None:
-            return report
-        from pytest_nvlink.report.pytest_html import html_extra
-
-        check = item.name.split("[")[0]
-        if check not in self.rendered:
-            from pytest_nvlink.report.html import picture_html
-
-            self.rendered[check] = picture_html(run, check)
-        picture = self.rendered[check]
-        if picture is not None:
-            report.extras = [*getattr(report, "extras", []), html_extra(picture)]
-        return report
+        config.pluginmanager.register(HtmlExtras(config.stash[RUN_KEY]), "nvlink-pytest-html-extras")
 
 
 ITEM_LOG_KEY = pytest.StashKey["ItemLog"]()
