@@ -283,7 +283,10 @@ class Node:
     environment: Environment | None = None
 
     def gpu(self, index: int) -> Gpu | None:
-        return _lookup(self, "gpus", self.gpus, lambda gpu: gpu.index, index)
+        gpus = self.gpus
+        if 0 <= index < len(gpus) and gpus[index].index == index:
+            return gpus[index]  # listed in NVML order, as a probe and its snapshots list them
+        return _lookup(self, "gpus", gpus, lambda gpu: gpu.index, index)
 
     def path(self, a: int, b: int) -> str | None:
         if self.paths is None:

@@ -44,7 +44,17 @@ def pair_sets(suite: Suite, *, ordered: bool) -> list[PairSet]:
 
 
 def pair_params(suite: Suite) -> dict[str, tuple[list[Any], list[str]]]:
-    """Values and ids of every pair fixture, keyed by fixture name."""
+    """Values and ids of every pair fixture, keyed by fixture name; worked out once per suite, not per check."""
+    cached = _PARAMS.get(id(suite))
+    if cached is None or cached[0] is not suite:
+        cached = _PARAMS[id(suite)] = (suite, _pair_params(suite))
+    return cached[1]
+
+
+_PARAMS: dict[int, tuple[Suite, dict[str, tuple[list[Any], list[str]]]]] = {}
+
+
+def _pair_params(suite: Suite) -> dict[str, tuple[list[Any], list[str]]]:
     count = suite.gpu_count
     unordered, ordered = list(combinations(range(count), 2)), list(permutations(range(count), 2))
     sets = {

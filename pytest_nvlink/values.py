@@ -9,8 +9,10 @@ the JSON path of the value (``gpus[3].nvlinks[7].speed_gbps``), so that callers 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Iterator
+from typing import Any
 
 # Fields whose value must be strictly positive: a rate, a duration, a size, a generation.
 _POSITIVE: frozenset[str] = frozenset(
@@ -50,11 +52,13 @@ def parsed_value_problems(obj: object) -> list[tuple[str, str]]:
 
 
 def _walk(obj: object, path: str, name: str, *, strict: bool, failed: bool = False) -> Iterator[tuple[str, str]]:
+    if obj is None or isinstance(obj, (str, bool)):
+        return  # most of a large node: nothing to judge, and cheaper to rule out first
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         # A measurement that failed (a hung nccl-tests run) reached no size or rank count: 0 is honest there.
         failed = failed or bool(getattr(obj, "error", None))
-        for spec in dataclasses.fields(obj):
-            yield from _walk(getattr(obj, spec.name), _join(path, spec.name), spec.name, strict=strict, failed=failed)
+        for name_ in _field_names(type(obj)):
+            yield from _walk(getattr(obj, name_), _join(path, name_), name_, strict=strict, failed=failed)
     elif isinstance(obj, (list, tuple)):
         for index, item in enumerate(obj):
             yield from _walk(item, f"{path}[{index}]", name, strict=strict, failed=failed)
@@ -66,6 +70,11 @@ def _walk(obj: object, path: str, name: str, *, strict: bool, failed: bool = Fal
         problem = _number_problem(obj, name, strict=strict, failed=failed)
         if problem:
             yield path, problem
+
+
+@functools.cache
+def _field_names(cls: type[Any]) -> tuple[str, ...]:
+    return tuple(spec.name for spec in dataclasses.fields(cls))
 
 
 def _number_problem(value: float, name: str, *, strict: bool, failed: bool = False) -> str | None:
