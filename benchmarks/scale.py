@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cases: list[tuple[str, int, str | None, int]] = [(f"{n} GPUs", n, None, args.rounds) for n in args.sizes]
         if args.pair_rounds and 72 in args.sizes:
             cases.append(("72 GPUs pair_items=pair", 72, "pair", args.pair_rounds))
-        results: dict[str, float] = {}
+        results: dict[str, tuple[float, float]] = {}
         for label, count, pair_items, rounds in cases:
             replay_args = _replay_args(folder, count, pair_items)
             items = _count_items(replay_args, folder)
@@ -101,13 +101,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 replay.append(_timed(replay_args, folder))
                 trivial.append(_timed(trivial_args, folder))
             print(_row(label, items, replay, trivial), flush=True)
-            results[label] = _median(replay, 0)
+            results[label] = (_median(replay, 0), _median(replay, 1))
         if "72 GPUs" in results:
-            over = results["72 GPUs"] - _median(startup, 0)
-            verdict = "met" if over <= TARGET_OVER_STARTUP_S else "NOT met"
-            print(
-                f"72-GPU replay: {over:.2f} s over pytest's start-up (target <= {TARGET_OVER_STARTUP_S:g} s: {verdict})"
-            )
+            for which, what in ((0, "wall"), (1, "CPU")):
+                over = results["72 GPUs"][which] - _median(startup, which)
+                verdict = "met" if over <= TARGET_OVER_STARTUP_S else "NOT met"
+                print(f"72-GPU replay: {over:.2f} s {what} over pytest's start-up (target <= 5 s: {verdict})")
     return 0
 
 
