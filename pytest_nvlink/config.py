@@ -6,13 +6,20 @@ Errors are :class:`ConfigError` carrying ``file:key`` so that the plugin can tur
 
 from __future__ import annotations
 
-import math
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# Re-exported (PEP 484 `as` form): every reader of suites and thresholds imports them from here.
+from pytest_nvlink.config_values import Check as Check  # noqa: PLC0414
+from pytest_nvlink.config_values import ConfigError as ConfigError  # noqa: PLC0414
+from pytest_nvlink.config_values import boolean as _boolean
+from pytest_nvlink.config_values import check_nesting, divides
+from pytest_nvlink.config_values import int_range as _int_range
+from pytest_nvlink.config_values import number as _number
+from pytest_nvlink.config_values import text as _text
 from pytest_nvlink.model import ERROR_COUNTER_NAMES, PCIE_PATH_CLASSES, nvlink_count_of_path
 from pytest_nvlink.textfile import MIB, UnreadableText, parse_problem, read_text_file
 
@@ -32,10 +39,6 @@ COLLECTIVE_OPS: tuple[str, ...] = (
 )
 
 
-class ConfigError(Exception):
-    """A suite or threshold file that cannot be used; the message starts with ``file:key``."""
-
-
 def data_dir(kind: str) -> Path:
     """Where the shipped ``suites`` or ``thresholds`` live: inside the wheel, else the source tree."""
     for candidate in (PACKAGE_DIR / "_data" / kind, PACKAGE_DIR.parent / kind):
@@ -49,41 +52,6 @@ def shipped_names(kind: str, pattern: str = "*.toml") -> list[str]:
 
 
 # --- threshold schema -------------------------------------------------------------------------
-
-Check = Callable[[Any], str | None]
-
-
-def _int_range(low: int, high: int) -> Check:
-    def check(value: Any) -> str | None:
-        if not isinstance(value, int) or isinstance(value, bool):
-            return f"expected an integer, got {type(value).__name__}"
-        return None if low <= value <= high else f"{value} is outside {low}..{high}"
-
-    return check
-
-
-def _number(low: float, high: float, *, low_allowed: bool = False) -> Check:
-    """A finite number in a plausible range: inf, NaN or 1e400 would silently disable a check."""
-
-    def check(value: Any) -> str | None:
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            return f"expected a number, got {type(value).__name__}"
-        if not math.isfinite(value):
-            return f"{value} is not a finite number"
-        if value < low or (value == low and not low_allowed):
-            return f"{value} must be {'at least' if low_allowed else 'greater than'} {low:g}"
-        return None if value <= high else f"{value} must be at most {high:g}"
-
-    return check
-
-
-def _boolean(value: Any) -> str | None:
-    return None if isinstance(value, bool) else f"expected true or false, got {type(value).__name__}"
-
-
-def _text(value: Any) -> str | None:
-    return None if isinstance(value, str) and value.strip() else "expected a non-empty string"
-
 
 _COUNT = _int_range(0, 1 << 62)
 # Upper bounds are generous sanity limits (NVLink5 moves 900 GB/s per direction; DCGM's pcie plugin
@@ -123,9 +91,11 @@ THRESHOLD_SCHEMA: dict[str, Check] = {
     "pcie.generation_min": _int_range(1, 6),
     "pcie.width_min": _int_range(1, 16),
     "fabric.required": _boolean,
+    "fabric.clique_required": _boolean,  # the GPUs share one multi-node NVLink clique (NVL72 racks)
     "p2p.unidirectional_min_gbps": _GBPS,
     "p2p.bidirectional_min_gbps": _GBPS,
     "p2p.latency_max_us": _LATENCY_US,
+    "p2p.sendrecv_min_gbps": _GBPS,  # per direction, NCCL send/recv between two ranks (across hosts of a rack)
     "p2p.nvlink_counter_fraction_min": _FRACTION,
     # At least 1: a copy moves at least its own bytes over the link it used.
     "p2p.nvlink_counter_fraction_max": _number(1.0, 100.0, low_allowed=True),
@@ -241,23 +211,8 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
     except (ValueError, RecursionError) as exc:
         raise ConfigError(f"{path}: not valid TOML ({parse_problem(exc, text)})") from None
-    _check_nesting(path, document)
+    check_nesting(path, document)
     return document
-
-
-_MAX_TABLE_DEPTH = 8  # suite and threshold keys are at most three tables deep
-
-
-def _check_nesting(path: Path, document: dict[str, Any]) -> None:
-    """Refuse absurdly nested tables up front; the recursive readers below would overflow the stack."""
-    pending: list[tuple[list[str], object]] = [([], document)]
-    while pending:
-        keys, value = pending.pop()
-        if len(keys) > _MAX_TABLE_DEPTH:
-            shown = ".".join(keys[:4])
-            raise ConfigError(f"{path}:{shown}...: tables nested deeper than {_MAX_TABLE_DEPTH} levels")
-        if isinstance(value, dict):
-            pending.extend(([*keys, str(key)], item) for key, item in value.items())
 
 
 def _threshold_path(ref: str, relative_to: Path | None) -> Path:
@@ -436,6 +391,15 @@ class Suite:
     pairs: dict[tuple[int, int], PairExpectation]
     measure: Measure
     pair_items: str = "auto"  # PAIR_ITEMS
+    # A node spanning several hosts (an NVL72 rack: 18 trays x 4): GPU i sits on host slot i // gpus_per_host.
+    gpus_per_host: int | None = None
+
+    def host_slot(self, index: int) -> int | None:
+        return None if self.gpus_per_host is None else index // self.gpus_per_host
+
+    def crosses_hosts(self, a: int, b: int) -> bool:
+        """The suite places the two GPUs on different hosts: copy engines and NVML pair facts cannot span them."""
+        return self.host_slot(a) != self.host_slot(b)
 
     def expected_path(self, a: int, b: int) -> str:
         low, high = min(a, b), max(a, b)
@@ -481,7 +445,7 @@ def _valid_expected_path(value: Any) -> bool:
 
 
 _SUITE_KEYS = {"suite", "topology", "measure"}
-_SUITE_FIELDS = {"description", "thresholds", "gpu_count", "gpu_models", "nvswitch", "pair_items"}
+_SUITE_FIELDS = {"description", "thresholds", "gpu_count", "gpu_models", "nvswitch", "gpus_per_host", "pair_items"}
 PAIR_ITEMS = ("auto", "pair", "source")  # one test item per GPU pair, or per source GPU; auto: by GPU count
 
 
@@ -521,6 +485,7 @@ def load_suite(ref: str) -> Suite:
         pairs=_pair_expectations(path, raw, count),
         measure=_measure(path, raw),
         pair_items=_pair_items(path, head),
+        gpus_per_host=_require(path, head, "suite.gpus_per_host", divides(count)) if "gpus_per_host" in head else None,
     )
 
 

@@ -52,7 +52,9 @@ class Context:
         return None
 
     def nvlink_pair_guard(self, src: int, dst: int, what: str) -> Verdict | None:
-        """The verdict for a pair check that cannot or need not run: a GPU missing, or a PCIe pair."""
+        """The verdict for a pair check that cannot or need not run: across hosts, a GPU missing, or a PCIe pair."""
+        if self.suite.crosses_hosts(src, dst):
+            return self.cross_host_pair(src, dst)
         missing = self.first_unusable(src, dst)
         if missing is not None:
             return self.missing_gpu(missing)
@@ -61,6 +63,25 @@ class Context:
                 f"suite {self.suite.name} expects a PCIe path between GPU {src} and GPU {dst}; {what}"
             )
         return None
+
+    def cross_host_pair(self, a: int, b: int) -> Verdict:
+        """Copy engines, NVML path classes and P2P status describe one host; across a rack's trays send/recv judges."""
+        return not_applicable(
+            f"GPU {a} and GPU {b} sit on different hosts ({self.suite_where('suite.gpus_per_host')} = "
+            f"{self.suite.gpus_per_host}), which no copy engine or NVML pair query spans; see test_rack_sendrecv"
+        )
+
+    def empty_trays(self) -> list[int]:
+        """Tray slots of a rack suite of which no GPU was found: a whole host is missing, not single GPUs."""
+        per_host = self.suite.gpus_per_host
+        if per_host is None:
+            return []
+        found = {gpu.index // per_host for gpu in self.node.gpus}
+        return [tray for tray in range(self.suite.gpu_count // per_host) if tray not in found]
+
+    def empty_trays_text(self) -> str:
+        shown = ", ".join(f"tray {t}" for t in self.empty_trays())
+        return f"{shown} missing (no GPU of it found, {self.suite_where('suite.gpus_per_host')}; see test_rack_trays)"
 
     def missing_threshold(self, *keys: str) -> Verdict:
         """A key the check needs is absent: a waiver makes the check not apply, anything else fails it.
@@ -105,6 +126,11 @@ class Context:
         partial = self.partial_gpu_list()
         if gpu is None and partial:
             return unknown(self.node.source, f"GPU {index}", partial, [])
+        if gpu is None and self.suite.host_slot(index) in self.empty_trays():
+            return failed(
+                f"GPU {index} is expected by suite {self.suite.name} but {self.empty_trays_text()}",
+                measured_properties(found, str(self.suite.gpu_count), "GPUs", suite=self.suite_at("suite.gpu_count")),
+            )
         if gpu is not None and gpu.problem:
             return failed(
                 f"GPU {index} (bus {gpu.pci_bus_id or 'unknown'}) is unusable: {gpu.problem}; likely cause: the GPU "
@@ -180,6 +206,12 @@ def gpu_count(ctx: Context) -> Verdict:
             "the GPU count",
             partial,
             [*props, ("gpu_list", "lower bound"), ("gpu_list_source", source)],
+        )
+    if found < expected and ctx.empty_trays():
+        return failed(
+            f"expected {expected} GPUs ({ctx.suite_where('suite.gpu_count')}), found {found}: "
+            f"{ctx.empty_trays_text()}; likely cause: the host is down, drained or not in the job's allocation",
+            props,
         )
     if found < expected:
         return failed(
@@ -416,6 +448,8 @@ def nvlink_errors(ctx: Context, gpu: Gpu) -> Verdict:
 
 
 def pair_path(ctx: Context, a: int, b: int) -> Verdict:
+    if ctx.suite.crosses_hosts(a, b):
+        return ctx.cross_host_pair(a, b)
     missing = ctx.first_unusable(a, b)
     if missing is not None:
         return ctx.missing_gpu(missing)

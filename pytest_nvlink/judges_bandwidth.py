@@ -6,6 +6,7 @@ snapshot, parsed tool output), so re-judging a saved run against other threshold
 
 from __future__ import annotations
 
+from pytest_nvlink import judges_rack
 from pytest_nvlink.judges import Context, pair_properties
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, P2PMeasurement
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, not_applicable, passed, unknown
@@ -331,9 +332,10 @@ def _collective_cause(ctx: Context, op: str, m: CollectiveMeasurement) -> str:
 def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
     if not ctx.suite.expects_any_nvlink():
         return not_applicable(f"suite {ctx.suite.name} expects no NVLink, so SHM/NET transports are expected")
+    rack = ctx.suite.gpus_per_host is not None  # channel device numbers restart on every host: judged by rank
     bad = (
         []
-        if audit is None
+        if audit is None or rack
         else [c for c in audit.channels if c.transport in ("SHM", "NET") and _expects_nvlink(ctx, c.src_dev, c.dst_dev)]
     )
     # The suite's NVLink paths are what make P2P/NVLS the expected transport on every channel.
@@ -349,6 +351,9 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
     props += [(f"env_{k}", v) for k, v in sorted(audit.env.items())]
     if audit.p2p_disabled_warnings:
         return failed(f"NCCL reports P2P disabled: {audit.p2p_disabled_warnings[0]}{_env_note(audit)}", props)
+    off_nvlink = judges_rack.rack_transport(ctx, audit) if rack else None
+    if off_nvlink is not None:
+        return off_nvlink
     if bad:
         first = bad[0]
         key = ctx.suite_where(ctx.path_key(first.src_dev, first.dst_dev))
@@ -368,7 +373,7 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
             "the NCCL log has no 'Channel … via …' lines (NCCL_DEBUG=INFO not in effect?)",
             props,
         )
-    uncovered = _audit_gap(ctx, audit)
+    uncovered = judges_rack.rack_audit_gap(ctx, audit) if rack else _audit_gap(ctx, audit)
     if uncovered:
         return failed(uncovered, props)
     if ctx.suite.nvswitch and audit.nvls_available is False and "NCCL_NVLS_ENABLE" not in audit.env:

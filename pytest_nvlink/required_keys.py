@@ -50,6 +50,11 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement("its topology expects NV# pairs", Suite.expects_any_nvlink, NVLINK_KEYS + P2P_KEYS),
     Requirement("suite.nvswitch = true", lambda suite: suite.nvswitch, ("fabric.required",)),
     Requirement(
+        "suite.gpus_per_host makes it a rack of several hosts in one NVLink domain",
+        lambda suite: suite.gpus_per_host is not None,
+        ("fabric.clique_required", "p2p.sendrecv_min_gbps"),
+    ),
+    Requirement(
         "measure.collectives lists {op}",
         lambda suite: True,
         ("collectives.{op}.busbw_min_gbps", "collectives.{op}.size_mib"),

@@ -23,6 +23,8 @@ SHIPPED_SUITES = {
     "a100-8gpu",
     "b200-8gpu",
     "gb200-4gpu",
+    "gb200-nvl72",
+    "gb300-nvl72",
     "h100-8gpu",
     "h100-nvl-4gpu",
     "h100-nvl-pair",

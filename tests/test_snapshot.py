@@ -39,6 +39,13 @@ def test_shipped_snapshot_matches_its_builder(file_name: str) -> None:
     )
 
 
+@pytest.mark.parametrize("file_name", sorted(GENERATOR.RACK_TEST_SNAPSHOTS))
+def test_rack_test_snapshot_matches_its_builder(file_name: str) -> None:
+    built: Node = GENERATOR.RACK_TEST_SNAPSHOTS[file_name]()
+    loaded = load_snapshot(ROOT / "tests" / "data" / "rack" / file_name)
+    assert loaded == dataclasses.replace(built, source="replay"), f"{file_name} is stale: run make_snapshots.py"
+
+
 @pytest.mark.parametrize("file_name", sorted(GENERATOR.SNAPSHOTS))
 def test_save_load_round_trip(file_name: str, tmp_path: Path) -> None:
     node: Node = GENERATOR.SNAPSHOTS[file_name]()

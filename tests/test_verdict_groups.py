@@ -140,6 +140,10 @@ def test_one_pair_is_judged_as_itself() -> None:
 class _Suite:
     def __init__(self, count: int, pair_items: str) -> None:
         self.gpu_count, self.pair_items, self.file = count, pair_items, Path("s.toml")
+        self.gpus_per_host: int | None = None
+
+    def crosses_hosts(self, a: int, b: int) -> bool:
+        return self.gpus_per_host is not None and a // self.gpus_per_host != b // self.gpus_per_host
 
 
 @pytest.mark.parametrize(
@@ -165,3 +169,13 @@ def test_source_items_cover_every_pair_once() -> None:
     # An unordered pair belongs to its lower GPU: the last GPU has no higher peer, so no item.
     assert [s.label for s in unordered][-1] == "gpu22-*" and len(unordered) == 23
     assert sum(len(s.pairs) for s in unordered) == 24 * 23 // 2
+
+
+def test_a_rack_groups_only_pairs_within_a_tray() -> None:
+    suite = _Suite(72, "auto")
+    suite.gpus_per_host = 4
+    ordered = pair_sets(suite, ordered=True)  # type: ignore[arg-type]
+    assert len(ordered) == 72 and all(len(s.pairs) == 3 for s in ordered)
+    assert ordered[5].pairs == ((5, 4), (5, 6), (5, 7))
+    unordered = pair_sets(suite, ordered=False)  # type: ignore[arg-type]
+    assert [s.label for s in unordered[:4]] == ["gpu0-*", "gpu1-*", "gpu2-*", "gpu4-*"]

@@ -137,6 +137,8 @@ def _topo_cell(node: Node, run: Run, a: int, b: int) -> TopoCell:
     if a == b:
         return TopoCell("X", "#eeeeee", False, f"GPU {a}")
     actual = node.path(a, b)
+    if actual is None and run.suite.crosses_hosts(a, b):
+        return TopoCell("-", "#f6f6f6", False, f"GPU {a} <-> GPU {b}: different hosts, judged by send/recv")
     if actual is None:
         return TopoCell("?", "#ffffff", True, f"GPU {a} <-> GPU {b}: path unknown")
     fill = PATH_FILL["NV"] if nvlink_count_of_path(actual) else PATH_FILL.get(actual, "#ffffff")

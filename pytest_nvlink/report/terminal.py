@@ -39,7 +39,7 @@ def header_lines(run: Run) -> list[str]:
     lines = [
         f"nvlink suite: {suite.name} ({suite.file}) - {suite.description}",
         f"nvlink SKU thresholds: {run.thresholds.name} ({', '.join(str(f) for f in run.thresholds.files)})",
-        f"nvlink source: {_source_text(run)}; host {node.host or 'unknown'}; driver {node.driver_version or 'unknown'}"
+        f"nvlink source: {_source_text(run)}; host {run.host}; driver {node.driver_version or 'unknown'}"
         f"; CUDA {node.cuda_driver_version or 'unknown'}; {len(node.gpus)} x {model}",
     ]
     if run.auto_note:
@@ -63,7 +63,7 @@ def suite_properties(run: Run) -> list[tuple[str, str]]:
         ("nvlink_suite_file", str(run.suite.file)),
         ("nvlink_thresholds", ",".join(str(f) for f in run.thresholds.files)),
         ("nvlink_source", _source_text(run)),
-        ("host", node.host or "unknown"),
+        ("host", run.host),
         ("driver_version", node.driver_version or "unknown"),
         ("cuda_driver_version", node.cuda_driver_version or "unknown"),
         ("gpu_count", str(len(node.gpus))),
@@ -89,6 +89,8 @@ def topology_matrix(run: Run) -> str:
 
 def _cell(node: Node, run: Run, a: int, b: int) -> str:
     actual = node.path(a, b)
+    if actual is None and run.suite.crosses_hosts(a, b):
+        return "-"  # GPUs on different hosts of a rack: no NVML path class; send/recv judges the pair
     if actual is None:
         return "?"
     if a >= run.suite.gpu_count or b >= run.suite.gpu_count:

@@ -30,6 +30,9 @@ from pytest_nvlink.model import (
 )
 from pytest_nvlink.snapshot import save_snapshot
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the rack builders live next to this file
+import rack_snapshots as rack
+
 H100_NAME = "NVIDIA H100 80GB HBM3"
 DRIVER = "550.54.15"
 H100_BUS_IDS = (
@@ -325,14 +328,25 @@ SNAPSHOTS: dict[str, Callable[[], Node]] = {
     "h100-8gpu-healthy.json": _measured(healthy_h100, healthy_measurements),
     "h100-8gpu-degraded.json": _measured(degraded_h100, degraded_measurements),
     "h100-8gpu-vm-pcie.json": _measured(vm_pcie_h100, vm_measurements),
+    "gb200-nvl72-healthy.json": rack.healthy_rack,
+    "gb200-nvl72-faulty.json": rack.faulty_rack,
+}
+# Rack variants only the tests replay (tests/data/rack/): one fault each.
+RACK_TEST_SNAPSHOTS: dict[str, Callable[[], Node]] = {
+    "gb200-nvl72-missing-tray.json": rack.missing_tray_rack,
+    "gb200-nvl72-net-between-trays.json": rack.net_between_trays_rack,
+    "gb200-nvl72-slow-pair.json": rack.slow_pair_rack,
 }
 
 
 def main(argv: list[str]) -> int:
-    out_dir = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parents[2] / "snapshots"
-    for file_name, build in SNAPSHOTS.items():
-        save_snapshot(build(), out_dir / file_name)
-        print(out_dir / file_name)
+    here = Path(__file__).resolve().parent
+    out_dir = Path(argv[1]) if len(argv) > 1 else here.parents[1] / "snapshots"
+    targets = [(out_dir, SNAPSHOTS)] + ([(here / "rack", RACK_TEST_SNAPSHOTS)] if len(argv) <= 1 else [])
+    for folder, builders in targets:
+        for file_name, build in builders.items():
+            save_snapshot(build(), folder / file_name)
+            print(folder / file_name)
     return 0
 
 

@@ -1,0 +1,35 @@
+"""A rack as one NVLink domain (suites with gpus_per_host): trays present, one clique, send/recv between trays."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from pytest_nvlink import judges_rack
+from pytest_nvlink.judges import Context
+from pytest_nvlink.verdict import Verdict
+
+pytestmark = pytest.mark.nvlink("rack")
+
+
+def test_rack_trays(nvlink_context: Context, nvlink_judge: Callable[[Verdict], None]) -> None:
+    nvlink_judge(judges_rack.rack_trays(nvlink_context))
+
+
+def test_rack_tray(nvlink_context: Context, nvlink_tray: int, nvlink_judge: Callable[[Verdict], None]) -> None:
+    nvlink_judge(judges_rack.tray(nvlink_context, nvlink_tray))
+
+
+def test_rack_clique(nvlink_context: Context, nvlink_tray: int, nvlink_judge: Callable[[Verdict], None]) -> None:
+    nvlink_judge(judges_rack.rack_clique(nvlink_context, nvlink_tray))
+
+
+def test_rack_sendrecv(nvlink_context: Context, nvlink_tray: int, nvlink_judge: Callable[[Verdict], None]) -> None:
+    nvlink_judge(judges_rack.rack_sendrecv(nvlink_context, nvlink_tray))
+
+
+@pytest.fixture
+def nvlink_tray(request: pytest.FixtureRequest) -> int:
+    """A tray slot of the rack (GPUs ``t * gpus_per_host`` onward); parametrized over the suite's trays."""
+    return int(request.param)
