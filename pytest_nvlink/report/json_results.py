@@ -46,6 +46,7 @@ def results_document(results: Results) -> dict[str, Any]:
 
 
 def _item(item: ItemResult) -> dict[str, Any]:
+    pairs = {} if item.pairs is None else {"pairs": item.pairs}
     return {
         "nodeid": item.nodeid,
         "check": item.check,
@@ -54,6 +55,7 @@ def _item(item: ItemResult) -> dict[str, Any]:
         "pytest_outcome": item.pytest_outcome,
         "message": item.message,
         "properties": dict(item.properties),
+        **pairs,
     }
 
 

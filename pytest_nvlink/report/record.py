@@ -40,6 +40,9 @@ class ItemResult:
     # Every baseline improvement the verdict noted: one item (a GPU pair) can improve on several figures,
     # where ``properties`` keeps one value per name.
     improvements: list[str] = field(default_factory=list)
+    # A per-source item (``gpu17->*``): every pair's verdict (src, dst, outcome, message, measured, expected,
+    # unit); None for an item judging one GPU or pair.
+    pairs: list[dict[str, Any]] | None = None
 
     @property
     def failed(self) -> bool:
@@ -94,6 +97,7 @@ def item_result(report: Any) -> ItemResult:
         message=message,
         properties={k: v for k, v in props if k not in RUN_PROPERTIES},
         improvements=list(dict.fromkeys(v for k, v in props if k == IMPROVED_PROPERTY)),
+        pairs=getattr(report, "nvlink_pairs", None),
     )
 
 
