@@ -9,6 +9,10 @@ Pairs, each run A/B alternated so that drift on a shared machine hits both alike
 * a live quick run against fake NVML (``tests/fake_pynvml.py`` serving the healthy H100 snapshot as
   this machine) against ``pytest --version``, the start-up a node pays whatever it runs.
 
+As on an installed node, bytecode and pytest's assertion-rewrite cache are written (the children
+run without ``PYTHONDONTWRITEBYTECODE``; one untimed warm-up run of each command fills them), and
+hypothesis' pytest plugin, a dev extra whose terminal summary imports hypothesis, is disabled.
+
 On a GPU node, time the real thing with ``time pytest --nvlink-suite=auto --nvlink-quick``.
 """
 
@@ -30,7 +34,7 @@ sys.path.insert(0, str(REPO))
 from pytest_nvlink.snapshot import load_snapshot, save_snapshot  # noqa: E402
 
 TARGET_S = 10.0
-QUIET = ["-p", "no:cacheprovider"]
+QUIET = ["-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
 FAKE_NVML_PLUGIN = """
 import sys
 from pathlib import Path
@@ -61,7 +65,9 @@ def _median(values: Sequence[float]) -> float:
 
 
 def ab(a: Sequence[str], b: Sequence[str], repeats: int, cwd: Path, env: dict[str, str]) -> tuple[Timing, Timing]:
-    """``repeats`` runs of each, alternated A, B, A, B, ..."""
+    """One warm-up run of each, then ``repeats`` runs of each, alternated A, B, A, B, ..."""
+    for args in (a, b):
+        _pytest(args, cwd, env)
     first, second = Timing(), Timing()
     for _ in range(repeats):
         for timing, args in ((first, a), (second, b)):
@@ -76,7 +82,11 @@ def _live_folder(folder: Path) -> dict[str, str]:
     node = dataclasses.replace(load_snapshot(REPO / "snapshots" / "h100-8gpu-healthy.json"), source="live")
     save_snapshot(node, folder / "node.json")
     (folder / "fake_nvml_plugin.py").write_text(FAKE_NVML_PLUGIN.format(path=str(folder / "node.json")))
-    return {**os.environ, "PYTHONPATH": f"{folder}{os.pathsep}{REPO / 'tests'}"}
+    return {**_node_environment(), "PYTHONPATH": f"{folder}{os.pathsep}{REPO / 'tests'}"}
+
+
+def _node_environment() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
 
 def _row(name: str, a: Timing, b: Timing) -> tuple[str, str, str, str]:
@@ -93,7 +103,7 @@ def main() -> None:
     worst_quick = 0.0
     with tempfile.TemporaryDirectory() as empty:
         cwd = Path(empty)
-        env = dict(os.environ)
+        env = _node_environment()
         for snapshot in sorted((REPO / "snapshots").glob("*.json")):
             replay = ["--nvlink-suite=h100-8gpu", f"--nvlink-replay={snapshot}", *QUIET]
             quick, full = ab([*replay, "--nvlink-quick"], [*replay, "-q"], args.repeats, cwd, env)
@@ -101,7 +111,7 @@ def main() -> None:
             rows.append(_row(f"{snapshot.stem}: quick vs full replay", quick, full))
         live_env = _live_folder(cwd)
         live = ["--nvlink-suite=h100-8gpu", "--nvlink-quick", "-p", "fake_nvml_plugin", *QUIET]
-        quick, bare = ab(live, ["--version"], args.repeats, cwd, live_env)
+        quick, bare = ab(live, ["--version", *QUIET], args.repeats, cwd, live_env)
         worst_quick = max(worst_quick, _median(quick.seconds))
         rows.append(_row("live quick (fake NVML, 8 GPUs) vs pytest --version", quick, bare))
     header = ("pair (A vs B)", "A median", "B median", "A/B")

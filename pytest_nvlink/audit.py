@@ -13,7 +13,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_nvlink.evidence import coverage
 from pytest_nvlink.model import Node
 from pytest_nvlink.verdict import Outcome
 
@@ -75,6 +74,9 @@ def no_verdict_line(tally: AuditTally) -> str:
 
 def evidence_header_line(node: Node) -> str:
     """What the evidence files cover, known before any check runs."""
+    # Imported here: the evidence parsers are a third of a replay's start-up, and only evidence runs need them.
+    from pytest_nvlink.evidence import coverage
+
     families = coverage(node)
     covered = [family for family, files in families if files]
     missing = [family for family, files in families if not files]

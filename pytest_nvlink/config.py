@@ -390,6 +390,7 @@ class Suite:
     default_path: str
     pairs: dict[tuple[int, int], PairExpectation]
     measure: Measure
+    pair_items: str = "auto"  # PAIR_ITEMS
     # A node spanning several hosts (an NVL72 rack: 18 trays x 4): GPU i sits on host slot i // gpus_per_host.
     gpus_per_host: int | None = None
 
@@ -444,7 +445,8 @@ def _valid_expected_path(value: Any) -> bool:
 
 
 _SUITE_KEYS = {"suite", "topology", "measure"}
-_SUITE_FIELDS = {"description", "thresholds", "gpu_count", "gpu_models", "nvswitch", "gpus_per_host"}
+_SUITE_FIELDS = {"description", "thresholds", "gpu_count", "gpu_models", "nvswitch", "gpus_per_host", "pair_items"}
+PAIR_ITEMS = ("auto", "pair", "source")  # one test item per GPU pair, or per source GPU; auto: by GPU count
 
 
 def resolve_suite_path(ref: str) -> Path:
@@ -482,8 +484,16 @@ def load_suite(ref: str) -> Suite:
         default_path=_default_path(path, raw),
         pairs=_pair_expectations(path, raw, count),
         measure=_measure(path, raw),
+        pair_items=_pair_items(path, head),
         gpus_per_host=_require(path, head, "suite.gpus_per_host", divides(count)) if "gpus_per_host" in head else None,
     )
+
+
+def _pair_items(path: Path, head: dict[str, Any]) -> str:
+    value = head.get("pair_items", "auto")
+    if value not in PAIR_ITEMS:
+        raise ConfigError(f"{path}:suite.pair_items: expected {', '.join(map(repr, PAIR_ITEMS))}, got {value!r}")
+    return str(value)
 
 
 def _table(path: Path, raw: dict[str, Any], name: str) -> dict[str, Any]:

@@ -44,19 +44,20 @@ FAMILIES: tuple[str, ...] = (
 
 
 @dataclass
-class _Loaded:
+class Loaded:
     name: str  # how messages and provenance name the file (or the part of a file)
     text: str
     file: str = ""  # the file the text came from; notes are listed per file
     first_line: int = 1  # the file line the text starts on, for messages about a part of a file
+    tray: str | None = None  # the host a "host: NAME" line before the text names (rack evidence)
 
     def where(self, line_no: int) -> str:
         return f"{self.file or self.name}:{self.first_line - 1 + line_no}" if line_no else self.file or self.name
 
 
 @dataclass
-class _Pending:
-    nccl_logs: list[_Loaded] = field(default_factory=list)
+class Pending:
+    nccl_logs: list[Loaded] = field(default_factory=list)
     notes: dict[str, list[str]] = field(default_factory=dict)  # file -> notes, in the order found
 
     def note(self, file: str, text: str) -> None:
@@ -70,16 +71,20 @@ def load_evidence(paths: list[Path], exclude: Sequence[str] = ()) -> Node:
     with every such file listed, unless ``exclude`` (globs on the name or the path under the folder)
     leaves it out; excluded files are listed as notes, so the summary still shows them.
     """
-    pending = _Pending()
+    pending = Pending()
     files = _expand(paths, exclude, pending)
     if not files:
         raise EvidenceError(f"no evidence files found in {', '.join(str(p) for p in paths) or 'an empty list'}")
-    parts = _detect_all(files)
+    from pytest_nvlink import evidence_rack  # it builds on this module's readers
+
+    if evidence_rack.is_rack_evidence([loaded.text for loaded in files]):
+        return evidence_rack.load_rack(files, pending)
+    parts = detect_all(files)
     merger = Merger()
     for kind, loaded in parts:
-        _absorb(kind, loaded, merger, pending)
+        absorb(kind, loaded, merger, pending)
     if pending.nccl_logs:
-        _absorb_nccl_logs(pending.nccl_logs, merger)
+        absorb_nccl_logs(pending.nccl_logs, merger)
     node = merger.build()
     impossible = evidence_value_error(node, node.provenance, {loaded.name: loaded.text for loaded in files})
     if impossible:
@@ -112,8 +117,8 @@ def _file_of(name: str) -> str:
 # --- reading files ------------------------------------------------------------------------------
 
 
-def _expand(paths: list[Path], exclude: Sequence[str], pending: _Pending) -> list[_Loaded]:
-    loaded: list[_Loaded] = []
+def _expand(paths: list[Path], exclude: Sequence[str], pending: Pending) -> list[Loaded]:
+    loaded: list[Loaded] = []
     unusable: list[str] = []
     for path in paths:
         if path.is_dir():
@@ -126,12 +131,12 @@ def _expand(paths: list[Path], exclude: Sequence[str], pending: _Pending) -> lis
                 if problem is not None:
                     unusable.append(f"{file} ({problem})")
                 else:
-                    loaded.append(_Loaded(str(file), text, str(file)))
+                    loaded.append(Loaded(str(file), text, str(file)))
         elif path.is_file():
             text, problem = _read(path, pending)
             if problem is not None:
                 raise EvidenceError(f"{path}: {problem}")
-            loaded.append(_Loaded(str(path), text, str(path)))
+            loaded.append(Loaded(str(path), text, str(path)))
         else:
             raise EvidenceError(f"{path}: no such file or directory")
     if unusable:
@@ -151,7 +156,7 @@ def _excluded_by(file: Path, root: Path, exclude: Sequence[str]) -> str | None:
     return next((g for g in exclude if fnmatch.fnmatch(file.name, g) or fnmatch.fnmatch(relative, g)), None)
 
 
-def _read(path: Path, pending: _Pending) -> tuple[str, str | None]:
+def _read(path: Path, pending: Pending) -> tuple[str, str | None]:
     """The file's text, or "" and why it cannot be read as text."""
     try:
         data = path.read_bytes()
@@ -176,18 +181,20 @@ def _read(path: Path, pending: _Pending) -> tuple[str, str | None]:
         return "", f"not UTF-8 text: byte 0x{data[exc.start]:02x} on line {line}"
 
 
-def _detect_all(files: list[_Loaded]) -> list[tuple[str, _Loaded]]:
+def detect_all(files: list[Loaded]) -> list[tuple[str, Loaded]]:
     """Every tool output of every file with its kind; all unknown parts are reported together."""
-    found: list[tuple[str, _Loaded]] = []
+    found: list[tuple[str, Loaded]] = []
     unknown: list[str] = []
     for loaded in files:
         parts = detect.split_parts(loaded.text)
+        whole = len(parts) == 1 and loaded.first_line == 1
         for part in parts:
-            name = loaded.name if len(parts) == 1 else f"{loaded.name} (line {part.start_line})"
-            piece = _Loaded(name, part.text, loaded.file, part.start_line)
+            line = loaded.first_line - 1 + part.start_line
+            name = loaded.name if whole else f"{loaded.file or loaded.name} (line {line})"
+            piece = Loaded(name, part.text, loaded.file, line, loaded.tray)
             kind = detect.detect_kind(part.text)
             if kind is None:
-                unknown.append(loaded.name if len(parts) == 1 else f"{loaded.name}:{part.start_line}")
+                unknown.append(loaded.name if whole else f"{loaded.file or loaded.name}:{line}")
             else:
                 found.append((kind, piece))
     if unknown:
@@ -200,10 +207,8 @@ def _detect_all(files: list[_Loaded]) -> list[tuple[str, _Loaded]]:
     return found
 
 
-def _absorb(kind: str, loaded: _Loaded, merger: Merger, pending: _Pending) -> None:
-    if kind == detect.NCCL_LOG:
-        pending.nccl_logs.append(loaded)  # merged together at the end: one log per rank is common
-        return
+def parse_loaded(kind: str, loaded: Loaded) -> object:
+    """The parsed output; a damaged one or an impossible value is an EvidenceError naming file and line."""
     try:
         result = detect.parse_kind(kind, loaded.text)
     except ParseError as exc:
@@ -211,12 +216,20 @@ def _absorb(kind: str, loaded: _Loaded, merger: Merger, pending: _Pending) -> No
     impossible = parsed_value_error(result, loaded.name, loaded.text)
     if impossible:
         raise EvidenceError(impossible)
+    return result
+
+
+def absorb(kind: str, loaded: Loaded, merger: Merger, pending: Pending) -> None:
+    if kind == detect.NCCL_LOG:
+        pending.nccl_logs.append(loaded)  # merged together at the end: one log per rank is common
+        return
+    result = parse_loaded(kind, loaded)
     for line_no, text in getattr(result, "notes", ()):
         pending.note(loaded.file, f"line {loaded.first_line - 1 + line_no}: {text}" if line_no else text)
     _dispatch(kind, result, loaded, merger, pending)
 
 
-def _dispatch(kind: str, result: object, loaded: _Loaded, merger: Merger, pending: _Pending) -> None:
+def _dispatch(kind: str, result: object, loaded: Loaded, merger: Merger, pending: Pending) -> None:
     name = loaded.name
     if isinstance(result, TopoMatrix):
         merger.add_topo(result, name)
@@ -252,7 +265,7 @@ def _dispatch(kind: str, result: object, loaded: _Loaded, merger: Merger, pendin
         raise EvidenceError(f"{name}: no merge rule for {kind}")
 
 
-def _add_nccl_tests(result: NcclTestsResult, loaded: _Loaded, merger: Merger, pending: _Pending) -> None:
+def _add_nccl_tests(result: NcclTestsResult, loaded: Loaded, merger: Merger, pending: Pending) -> None:
     if not result.rows:
         _add_hung_run(result, loaded, merger, pending)
         return
@@ -278,7 +291,7 @@ def _add_nccl_tests(result: NcclTestsResult, loaded: _Loaded, merger: Merger, pe
         pending.nccl_logs.append(loaded)
 
 
-def _add_hung_run(result: NcclTestsResult, loaded: _Loaded, merger: Merger, pending: _Pending) -> None:
+def _add_hung_run(result: NcclTestsResult, loaded: Loaded, merger: Merger, pending: Pending) -> None:
     """Banner and column header but no row: the run hung or was killed, which is a failed run."""
     error = "the nccl-tests run printed its header and no result row (it hung or was killed)"
     pending.note(loaded.file, f"{error}; judged as a failed {result.op or 'collective'} run")
@@ -286,7 +299,7 @@ def _add_hung_run(result: NcclTestsResult, loaded: _Loaded, merger: Merger, pend
         merger.add_failed_collective(result.op, result.nranks or 0, error, loaded.name)
 
 
-def _absorb_nccl_logs(logs: list[_Loaded], merger: Merger) -> None:
+def absorb_nccl_logs(logs: list[Loaded], merger: Merger) -> None:
     for loaded in logs:  # parse one by one first, so that an error names its file
         try:
             nccl_log.parse(loaded.text)

@@ -327,6 +327,14 @@ class Merger:
         if fabric is not None:
             self._gpu_fact(index, "fabric", fabric, file)
 
+    def add_named_gpu(self, index: int, name: str, pci_bus_id: str | None, file: str) -> None:
+        """A GPU that a run over several hosts names (nvbandwidth's "Process N (host): device M" lines)."""
+        self.lower_bounds.append((index + 1, file))
+        self._note("inventory", file)
+        self._gpu_fact(index, "name", name, file)
+        if pci_bus_id is not None:
+            self._gpu_fact(index, "pci_bus_id", normalize_pci_bus_id(pci_bus_id), file)
+
     def add_failed_collective(self, op: str, world_size: int, error: str, file: str) -> None:
         """A collective run that produced no figure at all (hung, killed): evidence of failure, not absence."""
         self.collectives.append(

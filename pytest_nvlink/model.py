@@ -8,13 +8,16 @@ dicts, so that the model round-trips through JSON unchanged.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 # Path classes as nvidia-smi topo -m prints them, best first; NV# is handled separately.
 PCIE_PATH_CLASSES: tuple[str, ...] = ("PIX", "PXB", "PHB", "NODE", "SYS")
 ERROR_COUNTER_NAMES: tuple[str, ...] = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")
 P2P_CAPABILITIES: tuple[str, ...] = ("read", "write", "nvlink", "atomics")
 
+R = TypeVar("R")
 _NV_PATH = re.compile(r"^NV(\d+)$")
 
 
@@ -205,6 +208,39 @@ class TransportChannel:
 
 
 @dataclass
+class NcclRank:
+    """One rank of an NCCL communicator as its INFO log names it (``ncclCommInitRank`` lines).
+
+    A channel line names ranks and each rank's NVML device on its own host; which host that is, and so
+    whether a channel crosses hosts (trays of a rack), only these records say.
+    """
+
+    rank: int
+    host: str | None = None
+    nvml_dev: int | None = None
+
+
+@dataclass
+class MnnvlClique:
+    """NCCL's multi-node NVLink decision on one rank, as its INFO log states it.
+
+    ``MNNVL 1 cliqueId 2786 cliqueSize 4 cliqueRank 0 nvlDomainSize 4``: the clique the rank's GPU
+    registered in and how many of the job's ranks share it.
+
+    ``enabled`` False (``MNNVL 0``) means NCCL left multi-node NVLink unused and routes between hosts
+    through the network. Clique size and NVLink domain size count the job's ranks, not the rack's GPUs.
+    """
+
+    host: str | None
+    enabled: bool
+    rank: int | None = None  # from the rank's ncclCommInitRank line in the same process
+    clique_id: int | None = None
+    clique_size: int | None = None
+    clique_rank: int | None = None
+    nvl_domain_size: int | None = None
+
+
+@dataclass
 class NcclAudit:
     """What NCCL's own log says about the transports it picked."""
 
@@ -215,6 +251,8 @@ class NcclAudit:
     env: dict[str, str] = field(default_factory=dict)
     last_warn: str | None = None
     source: str | None = None
+    ranks: list[NcclRank] = field(default_factory=list)
+    mnnvl: list[MnnvlClique] = field(default_factory=list)
 
 
 @dataclass
@@ -280,18 +318,33 @@ class Node:
     environment: Environment | None = None
 
     def gpu(self, index: int) -> Gpu | None:
-        return next((gpu for gpu in self.gpus if gpu.index == index), None)
+        gpus = self.gpus
+        if 0 <= index < len(gpus) and gpus[index].index == index:
+            return gpus[index]  # listed in NVML order, as a probe and its snapshots list them
+        return _lookup(self, "gpus", gpus, lambda gpu: gpu.index, index)
 
     def path(self, a: int, b: int) -> str | None:
         if self.paths is None:
             return None
-        low, high = min(a, b), max(a, b)
-        return next((p.path for p in self.paths if p.a == low and p.b == high), None)
+        found = _lookup(self, "paths", self.paths, lambda p: (p.a, p.b), (min(a, b), max(a, b)))
+        return None if found is None else found.path
 
     def p2p_status(self, src: int, dst: int) -> P2PStatus | None:
         if self.p2p is None:
             return None
-        return next((s for s in self.p2p if s.src == src and s.dst == dst), None)
+        return _lookup(self, "p2p", self.p2p, lambda s: (s.src, s.dst), (src, dst))
+
+    def channel_gpu(self, rank: int, dev: int) -> int:
+        """The node GPU an NCCL channel's ``rank[dev]`` names.
+
+        ``dev`` is the NVML index on the rank's own host: on a node of several hosts (a rack) it is the
+        GPU of that host with that local index, the host taken from the log's ``ncclCommInitRank`` lines.
+        """
+        audit = self.measurements.nccl
+        host = next((r.host for r in audit.ranks if r.rank == rank), None) if audit is not None else None
+        if host is None or not any(gpu.host for gpu in self.gpus):
+            return dev
+        return next((gpu.index for gpu in self.gpus if gpu.host == host and gpu.local_index == dev), dev)
 
     def virtualization(self) -> str | None:
         """The strongest virtualization mode any GPU reports, or None if none reports one."""
@@ -308,3 +361,26 @@ class Node:
         # "gpu1.nvlink" covers "gpu1.nvlink5.speed_gbps" but "p2p1-2" must not cover "p2p1-20".
         nested = sorted(k for k in self.unknown_reasons if k.startswith(key) and not k[len(key) :][:1].isdigit())
         return f"{self.unknown_reasons[nested[0]]} ({nested[0]})" if nested else default
+
+
+def _lookup(node: Node, name: str, records: list[R], key_of: Callable[[R], Hashable], key: Hashable) -> R | None:
+    """The first record of ``records`` whose key is ``key``, through a position index kept on the node.
+
+    A 72-GPU node has 5,112 ordered pairs and every pair check looks one up, so a scan per lookup is
+    quadratic. The index is rebuilt when the list is replaced or changes length, and a hit is checked
+    against the list, so an entry replaced in place is never answered from a stale index; a miss scans,
+    as an edited list may hold the key at a position the index does not know.
+    """
+    cache: dict[str, tuple[int, int, dict[Hashable, int]]] = node.__dict__.setdefault("_lookup_index", {})
+    held = cache.get(name)
+    if held is None or held[0] != id(records) or held[1] != len(records):
+        positions: dict[Hashable, int] = {}
+        for at, record in enumerate(records):
+            positions.setdefault(key_of(record), at)
+        held = cache[name] = (id(records), len(records), positions)
+    position = held[2].get(key)
+    if position is not None:
+        if key_of(records[position]) == key:
+            return records[position]
+        cache.pop(name)  # an entry was replaced in place: the next lookup rebuilds the index
+    return next((record for record in records if key_of(record) == key), None)

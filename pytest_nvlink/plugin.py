@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Generator
-from itertools import combinations, permutations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +26,7 @@ RUN_KEY = pytest.StashKey["Run"]()
 # Set in a pytest-xdist worker: its node and measurements came from the controller, complete.
 HANDED_OVER_KEY = pytest.StashKey[bool]()
 JUDGED_KEY = pytest.StashKey[bool]()  # on an item: nvlink_judge was called
+PAIRS_KEY = pytest.StashKey["list[dict[str, object]] | None"]()  # on an item: its per-pair verdicts
 # Check areas whose items make the live provider run a measurement campaign.
 _CAMPAIGN_OF_AREA = {"bandwidth": "p2p", "collectives": "collectives"}
 
@@ -182,6 +182,9 @@ def pytest_configure(config: pytest.Config) -> None:
         from pytest_nvlink.plugin_quick import start_quick
 
         start_quick(config, run, CHECKS_DIR)
+    from pytest_nvlink import plugin_pairs
+
+    config.pluginmanager.register(plugin_pairs, "nvlink-pairs")
 
 
 def _live_probe() -> Node:
@@ -278,18 +281,15 @@ class _ShapeFilter:
 
 
 def _parametrize(metafunc: pytest.Metafunc, run: Run) -> None:
-    from pytest_nvlink.model import gpu_id, pair_id
+    from pytest_nvlink.model import gpu_id
+    from pytest_nvlink.plugin_pairs import pair_params
 
     count = run.suite.gpu_count
     trays = count // run.suite.gpus_per_host if run.suite.gpus_per_host else 0  # hosts of a rack suite
     # Parametrize by the suite's expectation, not by what was found: a missing GPU must fail, not vanish.
     params: dict[str, tuple[list[Any], list[str]]] = {
         "nvlink_gpu_index": (list(range(count)), [gpu_id(i) for i in range(count)]),
-        "nvlink_pair": (list(combinations(range(count), 2)), [pair_id(a, b) for a, b in combinations(range(count), 2)]),
-        "nvlink_ordered_pair": (
-            list(permutations(range(count), 2)),
-            [pair_id(a, b) for a, b in permutations(range(count), 2)],
-        ),
+        **pair_params(run.suite),
         "nvlink_collective": (list(run.suite.measure.collectives), list(run.suite.measure.collectives)),
         "nvlink_tray": (list(range(trays)), [f"tray{t}" for t in range(trays)]),
     }
@@ -401,20 +401,6 @@ def nvlink_gpu_index(request: pytest.FixtureRequest) -> int:
 
 
 @pytest.fixture
-def nvlink_pair(request: pytest.FixtureRequest) -> tuple[int, int]:
-    """An unordered GPU pair (a < b); parametrized over every pair of the suite's GPUs."""
-    a, b = request.param
-    return int(a), int(b)
-
-
-@pytest.fixture
-def nvlink_ordered_pair(request: pytest.FixtureRequest) -> tuple[int, int]:
-    """An ordered GPU pair (src, dst); parametrized over every ordered pair of the suite's GPUs."""
-    src, dst = request.param
-    return int(src), int(dst)
-
-
-@pytest.fixture
 def nvlink_collective(request: pytest.FixtureRequest) -> str:
     """A collective name from the suite's ``measure.collectives``."""
     return str(request.param)
@@ -445,6 +431,10 @@ def nvlink_judge(request: pytest.FixtureRequest, nvlink_run: Run) -> Callable[[V
 
 
 def _record(item: pytest.Item, run: Run, verdict: Verdict) -> None:
+    from pytest_nvlink.verdict_groups import pair_records
+
+    # A per-source item's every pair goes to the results record, not into JUnit's properties.
+    item.stash[PAIRS_KEY] = pair_records(verdict)
     item.user_properties.append(("suite", run.suite.name))
     item.user_properties.append(("source", run.node.source))
     item.user_properties.append(("outcome", verdict.outcome.value))
@@ -459,6 +449,8 @@ class _JudgedCheck:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
         report = yield
+        if report.when == "call" and item.stash.get(PAIRS_KEY, None) is not None:
+            report.nvlink_pairs = item.stash[PAIRS_KEY]  # a plain attribute travels with the report under xdist
         if (
             report.when == "call"
             and report.passed

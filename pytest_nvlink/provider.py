@@ -38,11 +38,18 @@ class RecordedMeasurements:
 
     def __init__(self, node: Node) -> None:
         self._node = node
+        self._by_pair: dict[tuple[int, int, str], list[P2PMeasurement]] | None = None
 
     def p2p(self, src: int, dst: int, kind: str) -> P2PMeasurement | None:
-        # A bidirectional figure belongs to the pair, whichever order recorded it.
-        pairs = {(src, dst), (dst, src)} if kind == "bidirectional" else {(src, dst)}
-        found = [m for m in self._node.measurements.p2p if m.kind == kind and (m.src, m.dst) in pairs]
+        if self._by_pair is None:
+            # Recorded figures do not change during the session; one pass instead of one scan per pair.
+            self._by_pair = {}
+            for m in self._node.measurements.p2p:
+                self._by_pair.setdefault((m.src, m.dst, m.kind), []).append(m)
+        found = list(self._by_pair.get((src, dst, kind), []))
+        if kind == "bidirectional" and src != dst:
+            # A bidirectional figure belongs to the pair, whichever order recorded it.
+            found += self._by_pair.get((dst, src, kind), [])
         return worst_figure(found)
 
     def collectives(self) -> list[CollectiveMeasurement]:

@@ -204,7 +204,8 @@ def not_collected(suite: Suite) -> dict[str, str]:
     absent: dict[str, str] = {}
     if suite.gpu_count < 2:
         one_gpu = f"suite {suite.name} has 1 GPU ({suite.file.name}:suite.gpu_count)"
-        absent |= {"nvlink_pair": one_gpu, "nvlink_ordered_pair": one_gpu, "area:collectives": one_gpu}
+        pair_fixtures = ("nvlink_pair", "nvlink_ordered_pair", "nvlink_pairs", "nvlink_ordered_pairs")
+        absent |= dict.fromkeys(pair_fixtures, one_gpu) | {"area:collectives": one_gpu}
     elif not suite.measure.collectives:
         absent["area:collectives"] = f"{suite.file.name}:measure.collectives is empty"
     if "area:collectives" in absent:
@@ -381,7 +382,7 @@ def _threshold_ref(suite: Suite) -> str:
 def _check_threshold_ref(suite: Suite) -> None:
     """A suite's ``suite.thresholds`` that names no set or file: the suite's file and key are to blame."""
     ref, where = _threshold_ref(suite), f"{suite.file}:suite.thresholds"
-    if ref != suite.thresholds_ref:
+    if ref.endswith(".toml") or "/" in ref:  # a file, relative to the suite or absolute
         if not Path(ref).is_file():
             raise ConfigError(f"{where}: {suite.thresholds_ref!r} resolves to {ref}, which is not a file")
     elif ref not in shipped_names("thresholds"):

@@ -9,8 +9,9 @@ the JSON path of the value (``gpus[3].nvlinks[7].speed_gbps``), so that callers 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from collections.abc import Iterator
+from typing import Any
 
 # Fields whose value must be strictly positive: a rate, a duration, a size, a generation.
 _POSITIVE: frozenset[str] = frozenset(
@@ -41,31 +42,55 @@ _NEVER_NEGATIVE: frozenset[str] = frozenset(
 
 def value_problems(obj: object, path: str = "") -> list[tuple[str, str]]:
     """Every impossible number under ``obj`` (a model dataclass), with its JSON path."""
-    return list(_walk(obj, path, "", strict=True))
+    found: list[tuple[Any, str]] = []
+    _walk(obj, path, "", found, strict=True, failed=False)
+    return [(_path_text(where), problem) for where, problem in found]
 
 
 def parsed_value_problems(obj: object) -> list[tuple[str, str]]:
     """Impossible numbers in a parser's result, before merging can hide them (a max() over counters)."""
-    return list(_walk(obj, "", "", strict=False))
+    found: list[tuple[Any, str]] = []
+    _walk(obj, "", "", found, strict=False, failed=False)
+    return [(_path_text(where), problem) for where, problem in found]
 
 
-def _walk(obj: object, path: str, name: str, *, strict: bool, failed: bool = False) -> Iterator[tuple[str, str]]:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        # A measurement that failed (a hung nccl-tests run) reached no size or rank count: 0 is honest there.
-        failed = failed or bool(getattr(obj, "error", None))
-        for spec in dataclasses.fields(obj):
-            yield from _walk(getattr(obj, spec.name), _join(path, spec.name), spec.name, strict=strict, failed=failed)
+def _walk(obj: object, path: Any, name: str, found: list[tuple[Any, str]], *, strict: bool, failed: bool) -> None:
+    # ``path`` is kept as (parent, field name or list index) links and spelled out only for a problem: a
+    # 72-GPU node holds ~300,000 values, and writing each one's path as text cost most of the check.
+    if obj is None or isinstance(obj, (str, bool)):
+        return  # most of a large node: nothing to judge, and cheaper to rule out first
+    if isinstance(obj, (int, float)):
+        problem = _number_problem(obj, name, strict=strict, failed=failed)
+        if problem:
+            found.append((path, problem))
     elif isinstance(obj, (list, tuple)):
         for index, item in enumerate(obj):
-            yield from _walk(item, f"{path}[{index}]", name, strict=strict, failed=failed)
+            _walk(item, (path, index), name, found, strict=strict, failed=failed)
     elif isinstance(obj, dict):
         # Counter dicts (errors, errors_run) inherit the rule of the field that holds them.
         for key, item in obj.items():
-            yield from _walk(item, _join(path, str(key)), name, strict=strict, failed=failed)
-    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
-        problem = _number_problem(obj, name, strict=strict, failed=failed)
-        if problem:
-            yield path, problem
+            _walk(item, (path, str(key)), name, found, strict=strict, failed=failed)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        # A measurement that failed (a hung nccl-tests run) reached no size or rank count: 0 is honest there.
+        failed = failed or bool(getattr(obj, "error", None))
+        for field_name in _field_names(type(obj)):
+            _walk(getattr(obj, field_name), (path, field_name), field_name, found, strict=strict, failed=failed)
+
+
+def _path_text(path: Any) -> str:
+    parts: list[str | int] = []
+    while isinstance(path, tuple):
+        path, part = path
+        parts.append(part)
+    text = str(path)
+    for part in reversed(parts):
+        text = f"{text}[{part}]" if isinstance(part, int) else _join(text, part)
+    return text
+
+
+@functools.cache
+def _field_names(cls: type[Any]) -> tuple[str, ...]:
+    return tuple(spec.name for spec in dataclasses.fields(cls))
 
 
 def _number_problem(value: float, name: str, *, strict: bool, failed: bool = False) -> str | None:

@@ -19,6 +19,7 @@ from pytest_nvlink.checks import (
 from pytest_nvlink.config import load_suite, load_thresholds
 from pytest_nvlink.judges import Context
 from pytest_nvlink.model import Node, gpu_id, pair_id
+from pytest_nvlink.plugin_pairs import pair_sets
 from pytest_nvlink.provider import RecordedMeasurements
 from pytest_nvlink.verdict import Outcome, Verdict
 
@@ -47,6 +48,9 @@ def _params(ctx: Context, parameter: str) -> list[tuple[str, Any]]:
         return [(pair_id(a, b), (a, b)) for a, b in combinations(range(count), 2)]
     if parameter == "nvlink_ordered_pair":
         return [(pair_id(a, b), (a, b)) for a, b in permutations(range(count), 2)]
+    if parameter in ("nvlink_pairs", "nvlink_ordered_pairs"):
+        sets = pair_sets(ctx.suite, ordered=parameter == "nvlink_ordered_pairs")
+        return [(pair_set.label, pair_set) for pair_set in sets]
     if parameter == "nvlink_collective":
         return [(op, op) for op in ctx.suite.measure.collectives]
     raise AssertionError(f"no parameter values for {parameter}")

@@ -151,10 +151,10 @@ def test_a_partial_audit_or_no_judged_check_is_incomplete(tmp_path: Path) -> Non
 
 def test_a_node_missing_from_expect_nodes_fails(tmp_path: Path) -> None:
     write_fleet(tmp_path, fleet_of(3))
-    status, out, _ = run(str(tmp_path), "--expect-nodes", "gpu[001-004]")
+    status, out, _ = run(str(tmp_path), "--expect-nodes", "gpu[001-002,004]")
     assert status == 1
-    assert "gpu004" in out
-    assert "MISSING" in out
+    assert re.search(r"gpu004\s+MISSING", out)
+    assert "1 node(s) sent results but are not in --expect-nodes: gpu003" in out
     names = tmp_path / "expected.txt"
     names.write_text("# the rack\ngpu[001-002]\ngpu003  # last one\n")
     status, _, _ = run(
@@ -208,6 +208,7 @@ def test_the_same_results_twice_count_once_and_conflicting_ones_are_refused(tmp_
     [
         ("not json", "not readable JSON"),
         ("[1]", "a JSON object is expected"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
         ('{"kind": "pytest-nvlink-snapshot"}', "kind: 'pytest-nvlink-snapshot' is not 'pytest-nvlink-results'"),
     ],
 )
@@ -240,6 +241,13 @@ def _set(document: dict[str, object], key: str, value: object) -> dict[str, obje
         ("node.measurements.p2p.3.value", -1.0, r"node\.measurements\.p2p\[3\]\.value: -1\.0 is not a finite"),
         ("node.measurements.collectives.0.busbw_gbps", -5, r"node\.measurements\.collectives\[0\]\.busbw_gbps"),
         ("verdict", "MAYBE", r"verdict: 'MAYBE' is not one of"),
+        ("node.measurements.p2p.4", 7, r"node\.measurements\.p2p\[4\]: an object is expected"),
+        ("node.measurements.p2p.4.src", "zero", r"node\.measurements\.p2p\[4\]\.src: 'zero' is not a whole number"),
+        (
+            "node.measurements.collectives.1.size_bytes",
+            None,
+            r"collectives\[1\]\.size_bytes: None is not a whole number",
+        ),
         ("items.0.outcome", "great", r"items\[0\]\.outcome"),
         ("host", "", "host: '' is not a host name"),
     ],
@@ -280,3 +288,53 @@ def test_usage_errors_exit_2(tmp_path: Path, args: list[str], message: str) -> N
     status, _, err = run(str(tmp_path), *args)
     assert status == 2
     assert message in err
+
+
+def test_without_the_fleet_extra_the_jsonschema_package_validates_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pytest_nvlink.fleet.load as load
+
+    monkeypatch.setattr(load, "_compiled_validator", lambda schema: None)
+    monkeypatch.setattr(load, "_json_loader", lambda: load._stdlib_loads)
+    assert not load.ResultsReader().fast
+    (tmp_path / "node.json").write_text(json.dumps(_set(real_results(), "items.2.pytest_outcome", "maybe")))
+    with pytest.raises(FleetInputError, match=r"node\.json: items\[2\]\.pytest_outcome: 'maybe' is not one of"):
+        read_fleet([tmp_path], hosts)
+
+
+def test_with_the_fleet_extra_the_fast_path_is_taken() -> None:
+    import pytest_nvlink.fleet.load as load
+
+    assert load.ResultsReader().fast  # orjson and jsonschema-rs are dev dependencies
+
+
+def test_worker_processes_read_the_same_fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_nvlink.fleet.load as load
+
+    monkeypatch.setattr(load, "PARALLEL_MIN_FILES", 2)
+    nodes = fleet_of(4, change=lambda host, d: failing(d, "test_fabric", "fabric down") if host == "gpu003" else d)
+    write_fleet(tmp_path, nodes)
+    assert read_fleet([tmp_path], hosts, jobs=2) == ["gpu001", "gpu002", "gpu003", "gpu004"]
+    fleet = merge_paths([tmp_path], None, OutlierSettings(), jobs=2)
+    assert (fleet.nodes[0].host, fleet.nodes[0].status) == ("gpu003", "fail")
+    (tmp_path / "gpu005.json").write_text("{")
+    with pytest.raises(FleetInputError, match=r"gpu005\.json: not readable JSON"):
+        read_fleet([tmp_path], hosts, jobs=2)
+
+
+def test_a_schema_that_requires_the_top_level_host_reads_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_nvlink.fleet.load as load
+    from pytest_nvlink.report.json_results import load_schema as original
+
+    def with_host_required() -> dict[str, object]:
+        schema = original()
+        schema["properties"]["host"] = {"type": "string", "minLength": 1}
+        schema["required"].append("host")
+        return schema
+
+    monkeypatch.setattr(load, "load_schema", with_host_required)
+    document = real_results()
+    document["host"] = "named"
+    write_fleet(tmp_path, {"x": document})
+    assert read_fleet([tmp_path], hosts) == ["named"]

@@ -50,8 +50,36 @@ def chromium(page: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
-    assert not console, console
+    assert not [line for line in console if not _slow_machine_notice(line)], console
     return done
+
+
+def _slow_machine_notice(line: str) -> bool:
+    """Chromium's own info-level intervention when a font loads slowly on a loaded machine
+    (https://www.chromestatus.com/feature/5636954674692096): not the page's console. A report that
+    fetched a web font over the network still fails, as it names an http(s) URL."""
+    font = line.partition("Slow network is detected.")[2]
+    loading = font.partition("Fallback font will be used while loading:")[2]
+    return bool(font) and not loading.strip().lower().startswith(("http:", "https:"))
+
+
+NOTICE = (
+    '[9:9:1203/073808.1:INFO:CONSOLE(0)] "Slow network is detected. See https://www.chromestatus.com/feature/'
+    '5636954674692096 for more details. Fallback font will be used while loading: {font}", source:  (0)'
+)
+
+
+@pytest.mark.parametrize(
+    ("line", "tolerated"),
+    [
+        (NOTICE.format(font="chrome://resources/roboto.woff2"), True),
+        (NOTICE.format(font="https://fonts.gstatic.com/s/roboto.woff2"), False),
+        ('[9:9:1:INFO:CONSOLE(3)] "Uncaught ReferenceError: x is not defined", source: file:///r.html (3)', False),
+        ('[9:9:1:INFO:CONSOLE(7)] "Slow network", source: file:///r.html (7)', False),
+    ],
+)
+def test_only_chromiums_slow_font_notice_is_tolerated(line: str, tolerated: bool) -> None:
+    assert _slow_machine_notice(line) is tolerated
 
 
 @pytest.mark.parametrize("snapshot", list(DEMOS))

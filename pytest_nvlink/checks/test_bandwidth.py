@@ -1,4 +1,8 @@
-"""P2P bandwidth, latency and proof of path for every ordered GPU pair (measured once, lazily)."""
+"""P2P bandwidth, latency and proof of path for every ordered GPU pair (measured once, lazily).
+
+Each item judges one ordered pair, or on a large domain every pair from one source GPU
+(``[suite] pair_items``); the judges see one pair at a time either way.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from pytest_nvlink import judges_bandwidth
 from pytest_nvlink.judges import Context
 from pytest_nvlink.provider import MeasurementProvider
 from pytest_nvlink.verdict import Verdict
+from pytest_nvlink.verdict_groups import PairSet
 
 pytestmark = pytest.mark.nvlink("bandwidth")
 
@@ -20,47 +25,51 @@ def _worth_measuring(context: Context, src: int, dst: int) -> bool:
     return usable and not context.suite.crosses_hosts(src, dst)  # no copy engine reaches another host
 
 
-def _judge_figure(context: Context, provider: MeasurementProvider, pair: tuple[int, int], kind: str) -> Verdict:
-    src, dst = pair
-    # Pairs the suite expects on PCIe are not measured: the verdict says the figure does not apply.
-    measurement = provider.p2p(src, dst, kind) if _worth_measuring(context, src, dst) else None
-    return judges_bandwidth.p2p_figure(context, src, dst, kind, measurement)
+def _judge_figure(context: Context, provider: MeasurementProvider, pairs: PairSet, kind: str) -> Verdict:
+    def one(src: int, dst: int) -> Verdict:
+        # Pairs the suite expects on PCIe are not measured: the verdict says the figure does not apply.
+        measurement = provider.p2p(src, dst, kind) if _worth_measuring(context, src, dst) else None
+        return judges_bandwidth.p2p_figure(context, src, dst, kind, measurement)
+
+    return pairs.verdict(one)
 
 
 def test_p2p_unidirectional(
     nvlink_context: Context,
     nvlink_measurements: MeasurementProvider,
-    nvlink_ordered_pair: tuple[int, int],
+    nvlink_ordered_pairs: PairSet,
     nvlink_judge: Callable[[Verdict], None],
 ) -> None:
-    nvlink_judge(_judge_figure(nvlink_context, nvlink_measurements, nvlink_ordered_pair, "unidirectional"))
+    nvlink_judge(_judge_figure(nvlink_context, nvlink_measurements, nvlink_ordered_pairs, "unidirectional"))
 
 
 def test_p2p_bidirectional(
     nvlink_context: Context,
     nvlink_measurements: MeasurementProvider,
-    nvlink_ordered_pair: tuple[int, int],
+    nvlink_ordered_pairs: PairSet,
     nvlink_judge: Callable[[Verdict], None],
 ) -> None:
-    nvlink_judge(_judge_figure(nvlink_context, nvlink_measurements, nvlink_ordered_pair, "bidirectional"))
+    nvlink_judge(_judge_figure(nvlink_context, nvlink_measurements, nvlink_ordered_pairs, "bidirectional"))
 
 
 def test_p2p_latency(
     nvlink_context: Context,
     nvlink_measurements: MeasurementProvider,
-    nvlink_ordered_pair: tuple[int, int],
+    nvlink_ordered_pairs: PairSet,
     nvlink_judge: Callable[[Verdict], None],
 ) -> None:
-    nvlink_judge(_judge_figure(nvlink_context, nvlink_measurements, nvlink_ordered_pair, "latency"))
+    nvlink_judge(_judge_figure(nvlink_context, nvlink_measurements, nvlink_ordered_pairs, "latency"))
 
 
 def test_p2p_path_proof(
     nvlink_context: Context,
     nvlink_measurements: MeasurementProvider,
-    nvlink_ordered_pair: tuple[int, int],
+    nvlink_ordered_pairs: PairSet,
     nvlink_judge: Callable[[Verdict], None],
 ) -> None:
-    src, dst = nvlink_ordered_pair
-    needed = _worth_measuring(nvlink_context, src, dst)
-    measurement = nvlink_measurements.p2p(src, dst, "unidirectional") if needed else None
-    nvlink_judge(judges_bandwidth.path_proof(nvlink_context, src, dst, measurement))
+    def one(src: int, dst: int) -> Verdict:
+        needed = _worth_measuring(nvlink_context, src, dst)
+        measurement = nvlink_measurements.p2p(src, dst, "unidirectional") if needed else None
+        return judges_bandwidth.path_proof(nvlink_context, src, dst, measurement)
+
+    nvlink_judge(nvlink_ordered_pairs.verdict(one))

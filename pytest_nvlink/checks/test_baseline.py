@@ -12,6 +12,7 @@ from pytest_nvlink.model import P2PMeasurement
 from pytest_nvlink.provider import MeasurementProvider
 from pytest_nvlink.run import Run
 from pytest_nvlink.verdict import Verdict
+from pytest_nvlink.verdict_groups import PairSet
 
 pytestmark = pytest.mark.nvlink("baseline")
 
@@ -19,17 +20,19 @@ pytestmark = pytest.mark.nvlink("baseline")
 def test_baseline_p2p(
     nvlink_run: Run,
     nvlink_measurements: MeasurementProvider,
-    nvlink_ordered_pair: tuple[int, int],
+    nvlink_ordered_pairs: PairSet,
     nvlink_judge: Callable[[Verdict], None],
 ) -> None:
-    src, dst = nvlink_ordered_pair
-    figures: dict[str, P2PMeasurement | None] = {}
-    # Pairs the suite expects on PCIe are not measured (the verdict says so), nor are pairs with a lost GPU.
-    usable = nvlink_run.context.first_unusable(src, dst) is None and nvlink_run.suite.pair_expects_nvlink(src, dst)
-    if usable:
-        figures = {kind: nvlink_measurements.p2p(src, dst, kind) for kind in judges_baseline.P2P_KINDS}
-        stamp_conditions(nvlink_run)
-    nvlink_judge(judges_baseline.p2p_pair(nvlink_run, src, dst, figures))
+    def one(src: int, dst: int) -> Verdict:
+        figures: dict[str, P2PMeasurement | None] = {}
+        # Pairs the suite expects on PCIe are not measured (the verdict says so), nor are pairs with a lost GPU.
+        context, suite = nvlink_run.context, nvlink_run.suite
+        if context.first_unusable(src, dst) is None and suite.pair_expects_nvlink(src, dst):
+            figures = {kind: nvlink_measurements.p2p(src, dst, kind) for kind in judges_baseline.P2P_KINDS}
+            stamp_conditions(nvlink_run)
+        return judges_baseline.p2p_pair(nvlink_run, src, dst, figures)
+
+    nvlink_judge(nvlink_ordered_pairs.verdict(one))
 
 
 def test_baseline_collective(

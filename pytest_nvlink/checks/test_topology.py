@@ -9,15 +9,16 @@ import pytest
 from pytest_nvlink import judges
 from pytest_nvlink.judges import Context
 from pytest_nvlink.verdict import Verdict
+from pytest_nvlink.verdict_groups import PairSet
 
 pytestmark = pytest.mark.nvlink("topology")
 
 
-def test_path(nvlink_context: Context, nvlink_pair: tuple[int, int], nvlink_judge: Callable[[Verdict], None]) -> None:
-    nvlink_judge(judges.pair_path(nvlink_context, *nvlink_pair))
+def test_path(nvlink_context: Context, nvlink_pairs: PairSet, nvlink_judge: Callable[[Verdict], None]) -> None:
+    nvlink_judge(nvlink_pairs.verdict(lambda a, b: judges.pair_path(nvlink_context, a, b)))
 
 
 def test_p2p_status(
-    nvlink_context: Context, nvlink_ordered_pair: tuple[int, int], nvlink_judge: Callable[[Verdict], None]
+    nvlink_context: Context, nvlink_ordered_pairs: PairSet, nvlink_judge: Callable[[Verdict], None]
 ) -> None:
-    nvlink_judge(judges.p2p_status(nvlink_context, *nvlink_ordered_pair))
+    nvlink_judge(nvlink_ordered_pairs.verdict(lambda src, dst: judges.p2p_status(nvlink_context, src, dst)))

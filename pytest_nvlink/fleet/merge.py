@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_nvlink.fleet.load import NodeFile, ResultsReader, read_fleet
+from pytest_nvlink.fleet.load import NodeFile, read_fleet
 from pytest_nvlink.fleet.outliers import Family, NodeFigure, Outlier, OutlierSettings, find_outliers, node_figures
 
 PASS, FAIL, INCOMPLETE, MISSING = "pass", "fail", "incomplete", "missing"
@@ -46,18 +46,14 @@ class NodeSummary:
         return self.verdict.host
 
 
-def summarize(node: NodeFile) -> NodeSummary:
-    return NodeSummary(node_verdict(node), check_states(node), node_figures(node.document["node"]["measurements"]))
-
-
 def merge_paths(
     paths: Iterable[Path],
     expected: Iterable[str] | None,
     settings: OutlierSettings,
-    reader: ResultsReader | None = None,
+    jobs: int = 1,
 ) -> Fleet:
-    """Read every results file under ``paths`` and merge them."""
-    return merge(read_fleet(paths, summarize, reader), expected, settings)
+    """Read every results file under ``paths`` (in ``jobs`` processes) and merge them."""
+    return merge(read_fleet(paths, summarize, jobs=jobs), expected, settings)
 
 
 @dataclass(frozen=True)
@@ -77,6 +73,7 @@ class Fleet:
     settings: OutlierSettings
     expected: int | None = None  # how many nodes --expect-nodes named
     problems: list[str] = field(default_factory=list)  # fleet-level failures (an empty input)
+    unexpected: list[str] = field(default_factory=list)  # hosts with results that --expect-nodes does not name
 
     def count(self, status: str) -> int:
         return sum(1 for node in self.nodes if node.status == status)
@@ -98,8 +95,9 @@ class Fleet:
 def merge(files: Sequence[NodeSummary], expected: Iterable[str] | None, settings: OutlierSettings) -> Fleet:
     verdicts = [node.verdict for node in files]
     expected_hosts = list(expected) if expected is not None else None
+    present = {node.host for node in files}
+    unexpected = [] if expected_hosts is None else sorted(present - set(expected_hosts))
     if expected_hosts is not None:
-        present = {node.host for node in files}
         verdicts += [
             NodeVerdict(host, MISSING, "missing: no results file for this expected node", None, None)
             for host in expected_hosts
@@ -109,30 +107,61 @@ def merge(files: Sequence[NodeSummary], expected: Iterable[str] | None, settings
     families, outliers = find_outliers(files, settings)
     problems = [] if files else ["no results file was found: an empty fleet proves nothing"]
     expected_count = None if expected_hosts is None else len(expected_hosts)
-    return Fleet(verdicts, tally_checks(files), families, outliers, settings, expected_count, problems)
+    return Fleet(verdicts, tally_checks(files), families, outliers, settings, expected_count, problems, unexpected)
 
 
-def node_verdict(node: NodeFile) -> NodeVerdict:
+@dataclass
+class ItemScan:
+    """One pass over a node's items: each check's worst state and the first failed and errored items."""
+
+    states: dict[str, str] = field(default_factory=dict)  # check -> "pass" | "failed" | "incomplete"
+    first_failed: dict[str, Any] | None = None
+    first_errored: dict[str, Any] | None = None
+    judged: int = 0
+
+
+def scan_items(items: list[dict[str, Any]]) -> ItemScan:
+    scan = ItemScan()
+    states = scan.states
+    for item in items:
+        check, outcome, pytest_outcome = item["check"], item["outcome"], item["pytest_outcome"]
+        if outcome in JUDGED_OUTCOMES:
+            scan.judged += 1
+        if outcome in FAILED_OUTCOMES or pytest_outcome == "failed":
+            states[check] = "failed"
+            scan.first_failed = scan.first_failed or item
+        elif pytest_outcome == "error" or outcome == "no_evidence":
+            if states.get(check) != "failed":
+                states[check] = "incomplete"
+            scan.first_errored = scan.first_errored or item
+        elif check not in states:
+            states[check] = "pass"
+    return scan
+
+
+def summarize(node: NodeFile) -> NodeSummary:
+    scan = scan_items(node.document["items"])
+    figures = node_figures(node.document["node"]["measurements"])
+    return NodeSummary(node_verdict(node, scan), scan.states, figures)
+
+
+def node_verdict(node: NodeFile, scan: ItemScan) -> NodeVerdict:
     document = node.document
-    items: list[dict[str, Any]] = document["items"]
-    failed = [item for item in items if item["outcome"] in FAILED_OUTCOMES or item["pytest_outcome"] == "failed"]
-    failed_checks = tuple(dict.fromkeys(item["check"] for item in failed))
+    failed_checks = tuple(check for check, state in scan.states.items() if state == "failed")
     verdict = document["verdict"]
-    if failed or verdict == "FAIL":
-        first = _item_line(failed[0]) if failed else "the run's verdict is FAIL"
+    if scan.first_failed is not None or verdict == "FAIL":
+        first = _item_line(scan.first_failed) if scan.first_failed is not None else "the run's verdict is FAIL"
         return NodeVerdict(node.host, FAIL, first, node.path, verdict, failed_checks)
-    reason = _incomplete_reason(document)
+    reason = _incomplete_reason(document, scan)
     if reason is not None:
         return NodeVerdict(node.host, INCOMPLETE, reason, node.path, verdict, failed_checks)
     return NodeVerdict(node.host, PASS, None, node.path, verdict)
 
 
-def _incomplete_reason(document: dict[str, Any]) -> str | None:
-    items: list[dict[str, Any]] = document["items"]
-    errored = [item for item in items if item["pytest_outcome"] == "error" or item["outcome"] == "no_evidence"]
-    if errored:
-        return "incomplete: " + _item_line(errored[0])
-    if not any(item["outcome"] in JUDGED_OUTCOMES for item in items):
+def _incomplete_reason(document: dict[str, Any], scan: ItemScan) -> str | None:
+    if scan.first_errored is not None:
+        return "incomplete: " + _item_line(scan.first_errored)
+    if not scan.judged:
         return "incomplete: no check was judged"
     if document["counts"].get("error"):
         return f"incomplete: {document['counts']['error']} check(s) ended with an error"
@@ -151,20 +180,6 @@ def _item_line(item: dict[str, Any]) -> str:
     name = nodeid.rsplit("::", 1)[-1]
     message = " ".join(str(item["message"]).split()) or item["outcome"]
     return f"{name}: {message}"
-
-
-def check_states(node: NodeFile) -> dict[str, str]:
-    states: dict[str, str] = {}
-    for item in node.document["items"]:
-        check = item["check"]
-        if item["outcome"] in FAILED_OUTCOMES or item["pytest_outcome"] == "failed":
-            states[check] = "failed"
-        elif item["pytest_outcome"] == "error" or item["outcome"] == "no_evidence":
-            if states.get(check) != "failed":
-                states[check] = "incomplete"
-        else:
-            states.setdefault(check, "pass")
-    return states
 
 
 def tally_checks(files: Sequence[NodeSummary]) -> list[CheckTally]:

@@ -11,7 +11,13 @@ LINE_WIDTH = 110
 
 
 def render_terminal(fleet: Fleet, fail_on_outliers: bool) -> str:
-    parts = [_nodes_table(fleet), _checks_table(fleet), _outliers_table(fleet), _family_notes(fleet)]
+    parts = [
+        _nodes_table(fleet),
+        _checks_table(fleet),
+        _outliers_table(fleet),
+        _family_notes(fleet),
+        _unexpected(fleet),
+    ]
     parts.append(summary_line(fleet, fail_on_outliers))
     return "\n\n".join(part for part in parts if part) + "\n"
 
@@ -65,6 +71,14 @@ def _outliers_table(fleet: Fleet) -> str:
 
 def _family_notes(fleet: Fleet) -> str:
     return "\n".join(f"{family.name}: {family.note}" for family in fleet.families if family.note)
+
+
+def _unexpected(fleet: Fleet) -> str:
+    if not fleet.unexpected:
+        return ""
+    return (
+        f"{len(fleet.unexpected)} node(s) sent results but are not in --expect-nodes: {_hosts(tuple(fleet.unexpected))}"
+    )
 
 
 def _z(z: float | None) -> str:

@@ -223,3 +223,33 @@ def _begins_new_output(marker: str, current: str | None, so_far: list[str]) -> b
 
 def _has_rows(lines: list[str]) -> bool:
     return any(re.match(r"\s*\d+\s+\d+\s+[a-z]\w*\s+\S+", line) for line in lines)
+
+
+# --- files holding several hosts' outputs ----------------------------------------------------------
+
+# "host: NAME" on a line of its own, as `for h in $hosts; do echo "host: $h"; ssh $h nvidia-smi -q; done` writes:
+# the outputs that follow, up to the next such line, come from that host (a tray of a rack).
+HOST_LINE = re.compile(r"^\s*host\s*:\s*([A-Za-z0-9][\w.-]*)\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class HostPart:
+    """The lines of a file that one host printed: ``host`` None for lines before any ``host:`` line."""
+
+    host: str | None
+    start_line: int
+    text: str
+
+
+def split_hosts(text: str) -> list[HostPart]:
+    """The file cut at every ``host: NAME`` line (the line itself dropped); one part when there is none."""
+    lines = split_lines(text)
+    marks = [(index, match.group(1)) for index, line in enumerate(lines) if (match := HOST_LINE.match(line))]
+    if not marks:
+        return [HostPart(None, 1, text)]
+    parts = []
+    if any(line.strip() for line in lines[: marks[0][0]]):
+        parts.append(HostPart(None, 1, "\n".join(lines[: marks[0][0]])))
+    for (index, host), (end, _) in itertools.pairwise([*marks, (len(lines), "")]):
+        parts.append(HostPart(host, index + 2, "\n".join(lines[index + 1 : end])))
+    return parts

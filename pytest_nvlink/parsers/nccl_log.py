@@ -9,11 +9,12 @@ Used both on logs users hand in and on the per-rank logs (NCCL_DEBUG_FILE) of ou
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from pytest_nvlink.model import NcclAudit, TransportChannel
+from pytest_nvlink.model import MnnvlClique, NcclAudit, NcclRank, TransportChannel
 from pytest_nvlink.parsers.common import ParseError, bad_line, split_lines
 
 # ``search``, not ``match``: NCCL >= 2.23 may put a timestamp before the host (NCCL_DEBUG_TIMESTAMP_FORMAT,
@@ -72,6 +73,13 @@ _MNNVL = re.compile(
     r"MNNVL busId\s+(?P<bus>\S+)\s+fabric UUID\s+(?P<uuid>\S+)\s+cliqueId\s+(?P<clique>\S+)"
     r"\s+state\s+(?P<state>\d+)\s+healthMask\s+(?P<mask>0x[0-9a-fA-F]+|\d+)"
 )
+# NCCL's decision after the fabric checks (init.cc): "MNNVL 1 cliqueId 2786 cliqueSize 4 cliqueRank 0 nvlDomainSize 4";
+# the clique id is printed with %x, without "0x"; nvlDomainSize is absent before NCCL 2.27.
+_MNNVL_DECISION = re.compile(r"MNNVL\s+([01])\s+cliqueId\b")
+_MNNVL_FIELDS = re.compile(
+    r"MNNVL\s+([01])\s+cliqueId\s+(?:0x)?([0-9a-fA-F]+)\s+cliqueSize\s+(\d+)\s+cliqueRank\s+(\d+)"
+    r"(?:\s+nvlDomainSize\s+(\d+))?(?:\s+\w+\s+\w+)*\s*"  # later versions may append "key value" pairs
+)
 _HEALTH_FIELDS = ("degraded_bandwidth", "route_recovery", "route_unhealthy", "access_timeout_recovery")
 
 
@@ -112,6 +120,7 @@ class NcclLog:
     warnings: tuple[str, ...]
     hosts: tuple[str, ...]
     mnnvl: tuple[MnnvlFabric, ...] = ()  # NCCL 2.2x "MNNVL busId ... healthMask ..." lines
+    cliques: tuple[MnnvlClique, ...] = ()  # "MNNVL 1 cliqueId ... cliqueSize ..." lines, one per rank
 
     @property
     def last_warn(self) -> str | None:
@@ -136,6 +145,9 @@ class _Builder:
     hosts: dict[str, None] = field(default_factory=dict)
     nccl_lines: int = 0
     mnnvl: list[MnnvlFabric] = field(default_factory=list)
+    # (host, pid, the line's fields) -> the record: an ordered set, a communicator re-created logs the line again
+    cliques: dict[tuple[str, ...], tuple[str, str, MnnvlClique]] = field(default_factory=dict)
+    rank_of_process: dict[tuple[str, str], int] = field(default_factory=dict)  # (host, pid) -> rank
 
 
 def reads_prefix(line: str) -> bool:
@@ -180,7 +192,25 @@ def to_audit(log: NcclLog, source: str | None) -> NcclAudit:
         env=dict(log.env),
         last_warn=log.last_warn,
         source=source,
+        ranks=[NcclRank(info.rank, info.host or None, info.nvml_dev) for info in log.ranks.values()],
+        mnnvl=list(log.cliques),
     )
+
+
+def transport_counts(audit: NcclAudit) -> list[tuple[str, int]]:
+    """Channels per transport as NCCL named it ("P2P/MNNVL", "NET/IB", "SHM/direct"), most used first.
+
+    NVLS appears with the count of NVLS channels NCCL reported, since it prints no per-channel line for them.
+    """
+    counts: dict[str, int] = {}
+    for channel in audit.channels:
+        words = channel.detail.split("/")
+        label = "/".join(words[:2]) if len(words) > 1 and not words[1].isdigit() else words[0]
+        counts[label] = counts.get(label, 0) + 1
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    if audit.nvls_channels:
+        ordered.append(("NVLS", audit.nvls_channels))
+    return ordered
 
 
 def _freeze(out: _Builder) -> NcclLog:
@@ -202,7 +232,13 @@ def _freeze(out: _Builder) -> NcclLog:
         warnings=tuple(out.warnings),
         hosts=tuple(out.hosts),
         mnnvl=tuple(out.mnnvl),
+        cliques=tuple(_with_rank(clique, host, pid, out) for host, pid, clique in out.cliques.values()),
     )
+
+
+def _with_rank(clique: MnnvlClique, host: str, pid: str, out: _Builder) -> MnnvlClique:
+    rank = out.rank_of_process.get((host, pid)) if pid else None
+    return clique if rank is None else dataclasses.replace(clique, rank=rank)
 
 
 # Grepped or reformatted logs, where the "host:pid:tid [dev]" prefix is
@@ -214,14 +250,14 @@ _STRIPPED = re.compile(
 )
 
 
-def _match_line(raw: str) -> tuple[str, str, str] | None:
-    """(host, level, message) of an NCCL log line, with or without the usual prefix; None otherwise."""
+def _match_line(raw: str) -> tuple[str, str, str, str] | None:
+    """(host, pid, level, message) of an NCCL log line, with or without the usual prefix; None otherwise."""
     match = _PREFIX.search(raw)
     if match is not None:
-        return match.group("host"), match.group("level"), match.group("msg")
+        return match.group("host"), match.group("pid"), match.group("level"), match.group("msg")
     stripped = _STRIPPED.match(raw)
     if stripped is not None:
-        return "", stripped.group("level"), stripped.group("msg")
+        return "", "", stripped.group("level"), stripped.group("msg")
     return None
 
 
@@ -233,12 +269,15 @@ def _read_into(text: str, out: _Builder) -> None:
                 raise bad_line("'host:pid:tid [dev] NCCL INFO Channel ...' prefix", raw, line_no)
             continue
         out.nccl_lines += 1
-        host, level, msg = found[0], found[1], found[2].strip()
+        host, pid, level, msg = found[0], found[1], found[2], found[3].strip()
         if host:
             out.hosts[host] = None
         if level == "WARN":
             out.warnings.append(msg)
+        _read_clique(msg, (host, pid), raw, line_no, out)
         _read_message(msg, host, raw, line_no, out)
+        if pid and (init := _INIT.search(msg)):
+            out.rank_of_process[(host, pid)] = int(init.group(1))
 
 
 def _read_mnnvl(msg: str, out: _Builder) -> None:
@@ -254,6 +293,26 @@ def _read_mnnvl(msg: str, out: _Builder) -> None:
                 int(match.group("mask"), 0),
             )
         )
+
+
+def _read_clique(msg: str, process: tuple[str, str], raw: str, line_no: int, out: _Builder) -> None:
+    if _MNNVL_DECISION.match(msg) is None:
+        return
+    match = _MNNVL_FIELDS.fullmatch(msg)
+    if match is None:  # cut or damaged: the one line that says whether the rack's NVLink was used
+        raise bad_line("'MNNVL 0|1 cliqueId HEX cliqueSize N cliqueRank N [nvlDomainSize N]'", raw, line_no)
+    enabled, clique, size, clique_rank, domain = match.groups()
+    host, pid = process
+    record = MnnvlClique(
+        host or None,
+        enabled == "1",
+        clique_id=int(clique, 16),
+        clique_size=int(size),
+        clique_rank=int(clique_rank),
+        nvl_domain_size=int(domain) if domain else None,
+    )
+    key = (host, pid, *match.groups(default=""))
+    out.cliques[key] = (host, pid, record)
 
 
 def _read_message(msg: str, host: str, raw: str, line_no: int, out: _Builder) -> None:

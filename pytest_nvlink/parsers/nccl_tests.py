@@ -198,7 +198,7 @@ def _read_comment(line: str, raw: str, line_no: int, state: _State, devices: lis
         state.binary = match.group(1)
     elif match := re.match(r"nccl-tests version\s+(\S+)", body):
         state.version = match.group(1)
-    elif body.startswith("Rank") and "device" in body:
+    elif re.match(r"Rank\s+\d+\b", body):  # a cut rank line: which GPU and host the rank ran on is lost
         raise bad_line("'#  Rank  N Group  N Pid  N on HOST device  N [BUS] NAME'", raw, line_no)
     elif re.match(r"size\s+count\s+type\b", body):
         state.column_header = True

@@ -17,12 +17,17 @@ _TITLE = re.compile(
     r"(?P<what>.*?)\s*(?P<rowkind>CPU|GPU)\(row\)\s*(?P<arrow><->|->|<-)\s*(?P<colkind>CPU|GPU)\(column\)"
     r"\s*(?P<rest>.*?)\s*\((?P<unit>GB/s|ns|us)\)\s*"
 )
-_DEVICE = re.compile(
-    r"(?:Process\s+\d+\s*(?:\([^)]*\))?\s*:\s*)?[Dd]evice\s+(\d+)\s*:\s*(.+?)\s*(?:\(([0-9A-Fa-f]+:[0-9A-Fa-f:.]+)\))?\s*"
+_DEVICE = re.compile(r"[Dd]evice\s+(\d+)\s*:\s*(.+?)\s*(?:\(([0-9A-Fa-f]+:[0-9A-Fa-f:.]+)\))?\s*")
+# Multinode builds (one MPI process per GPU) name each process's host and its device there, so device
+# numbers restart on every host: "Process 4 (tray-02): device 0: NVIDIA GB200 (00000008:01:00)".
+_PROCESS_START = re.compile(r"Process\s+\d+\b")
+_PROCESS = re.compile(
+    r"Process\s+(\d+)\s*\(([^()\s]+)\)\s*:\s*[Dd]evice\s+(\d+)\s*:\s*(.+?)\s*(?:\(([0-9A-Fa-f]+:[0-9A-Fa-f:.]+)\))\s*"
 )
 _SUM = re.compile(r"SUM\s+([\w.-]+)\s+(\S+)\s*")
 _VERSIONS = {
     "nvbandwidth Version": "version",
+    "MPI version": "mpi",
     "Built from Git version": "git_version",
     "CUDA Runtime Version": "cuda_runtime",
     "CUDA Driver Version": "cuda_driver",
@@ -54,6 +59,17 @@ class Testcase:
 
 
 @dataclass(frozen=True)
+class ProcessDevice:
+    """One MPI process of a multinode run: the matrices' row/column ``process`` is ``device`` on ``host``."""
+
+    process: int
+    host: str
+    device: int  # the CUDA device on that host; numbers restart on every host
+    name: str
+    bus_id: str | None
+
+
+@dataclass(frozen=True)
 class NvbandwidthResult:
     testcases: dict[str, Testcase]
     devices: dict[int, str]  # index -> name
@@ -61,10 +77,16 @@ class NvbandwidthResult:
     versions: dict[str, str] = field(default_factory=dict)  # keys: values of _VERSIONS
     waived: tuple[str, ...] = ()  # testcases that ran but printed no matrix
     notes: tuple[tuple[int, str], ...] = ()
+    processes: dict[int, ProcessDevice] = field(default_factory=dict)  # multinode builds only
 
     @property
     def version(self) -> str | None:
         return self.versions.get("version")
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """The hosts of a multinode run in the order of their first process."""
+        return tuple(dict.fromkeys(p.host for _, p in sorted(self.processes.items())))
 
 
 @dataclass
@@ -98,6 +120,7 @@ class _Builder:
     waived: list[str] = field(default_factory=list)
     sums: dict[str, float] = field(default_factory=dict)
     notes: list[tuple[int, str]] = field(default_factory=list)
+    processes: dict[int, ProcessDevice] = field(default_factory=dict)
 
 
 def parse(text: str) -> NvbandwidthResult:
@@ -124,13 +147,17 @@ def parse(text: str) -> NvbandwidthResult:
         elif pending is not None and pending.title is None and line.startswith("Waived"):
             _finish(pending, out)
             pending = None
+        elif _PROCESS_START.match(line):
+            _read_process(line, lines[index - 1], index, out)
         else:
             _read_preamble(line, out)
     _finish(pending, out)
     if not out.testcases and not out.waived:
         raise ParseError("expected nvbandwidth output ('Running <testcase>.' followed by a matrix); none found", 0)
     testcases = {name: _with_total(case, out.sums.get(name)) for name, case in out.testcases.items()}
-    return NvbandwidthResult(testcases, out.devices, out.bus_ids, out.versions, tuple(out.waived), tuple(out.notes))
+    return NvbandwidthResult(
+        testcases, out.devices, out.bus_ids, out.versions, tuple(out.waived), tuple(out.notes), out.processes
+    )
 
 
 _UNNAMED = "unnamed testcase at line "
@@ -167,6 +194,16 @@ def _read_preamble(line: str, out: _Builder) -> None:
         out.devices[int(match.group(1))] = match.group(2)
         if match.group(3):
             out.bus_ids[int(match.group(1))] = match.group(3)
+
+
+def _read_process(line: str, raw: str, line_no: int, out: _Builder) -> None:
+    match = _PROCESS.fullmatch(line)
+    if match is None:  # cut or damaged: which GPU a row is would be a guess
+        raise bad_line("'Process N (HOST): device M: NAME (BUS ID)'", raw, line_no)
+    process, host, device, name, bus = match.groups()
+    if int(process) in out.processes:
+        raise bad_line(f"process {process} once", raw, line_no)
+    out.processes[int(process)] = ProcessDevice(int(process), host, int(device), name, bus)
 
 
 def _finish(pending: _Pending | None, out: _Builder) -> None:

@@ -40,11 +40,13 @@ def results_document(results: Results) -> dict[str, Any]:
         "audit": results.audit,
         "items": [_item(item) for item in results.items],
         "baseline": baseline_document(results.baseline),
+        "nccl_transports": [{"transport": name, "channels": count} for name, count in results.nccl_transports],
         "node": node_to_dict(run.node),
     }
 
 
 def _item(item: ItemResult) -> dict[str, Any]:
+    pairs = {} if item.pairs is None else {"pairs": item.pairs}
     return {
         "nodeid": item.nodeid,
         "check": item.check,
@@ -53,6 +55,7 @@ def _item(item: ItemResult) -> dict[str, Any]:
         "pytest_outcome": item.pytest_outcome,
         "message": item.message,
         "properties": dict(item.properties),
+        **pairs,
     }
 
 

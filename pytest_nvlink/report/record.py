@@ -40,6 +40,9 @@ class ItemResult:
     # Every baseline improvement the verdict noted: one item (a GPU pair) can improve on several figures,
     # where ``properties`` keeps one value per name.
     improvements: list[str] = field(default_factory=list)
+    # A per-source item (``gpu17->*``): every pair's verdict (src, dst, outcome, message, measured, expected,
+    # unit); None for an item judging one GPU or pair.
+    pairs: list[dict[str, Any]] | None = None
 
     @property
     def failed(self) -> bool:
@@ -94,6 +97,7 @@ def item_result(report: Any) -> ItemResult:
         message=message,
         properties={k: v for k, v in props if k not in RUN_PROPERTIES},
         improvements=list(dict.fromkeys(v for k, v in props if k == IMPROVED_PROPERTY)),
+        pairs=getattr(report, "nvlink_pairs", None),
     )
 
 
@@ -178,11 +182,38 @@ class Results:
         return dict(Counter(item.pytest_outcome for item in self.items))
 
     @property
+    def nccl_transports(self) -> list[tuple[str, int]]:
+        return nccl_transports(self.run)
+
+    @property
     def baseline(self) -> BaselineSection | None:
         """What the run was compared with and what changed since; None without ``--nvlink-baseline``."""
         from pytest_nvlink.report.baseline import baseline_section
 
         return baseline_section(self.run, self.items)
+
+
+def nccl_transports(run: Run) -> list[tuple[str, int]]:
+    """Channels per transport NCCL used ("P2P/MNNVL", "NET/IB", "NVLS"), from the run's NCCL log; [] without one."""
+    from pytest_nvlink.parsers.nccl_log import transport_counts
+
+    audit = run.node.measurements.nccl
+    return transport_counts(audit) if audit is not None else []
+
+
+def nccl_transport_line(run: Run) -> str | None:
+    """ "NCCL transports: P2P/MNNVL 1152 channels, NVLS 16 channels; MNNVL on 72 of 72 ranks (clique 7ffe)"."""
+    audit = run.node.measurements.nccl
+    counts = nccl_transports(run)
+    if audit is None or not (counts or audit.mnnvl):
+        return None
+    line = "NCCL transports: " + (", ".join(f"{name} {count} channels" for name, count in counts) or "no channel lines")
+    if audit.mnnvl:
+        enabled = [c for c in audit.mnnvl if c.enabled]
+        cliques = sorted({f"{c.clique_id:x}" for c in enabled if c.clique_id is not None})
+        shown = f" (clique{'s' if len(cliques) > 1 else ''} {', '.join(cliques)})" if cliques else ""
+        line += f"; MNNVL on {len(enabled)} of {len(audit.mnnvl)} ranks{shown}"
+    return line
 
 
 def source_text(run: Run) -> str:

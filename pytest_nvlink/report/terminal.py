@@ -23,7 +23,7 @@ from pytest_nvlink.report.baseline import (
     baseline_suite_properties,
     baseline_summary_lines,
 )
-from pytest_nvlink.report.record import ItemLog, ItemResult, source_text
+from pytest_nvlink.report.record import ItemLog, ItemResult, nccl_transport_line, source_text
 from pytest_nvlink.run import Run
 from pytest_nvlink.unknowns import recorded_unknowns
 
@@ -186,6 +186,9 @@ def measurement_lines(run: Run) -> list[str]:
         lines += [worst, ""] if worst else [""]
     if measurements.collectives:
         lines += [*collective_table(run).splitlines(), ""]
+    transports = nccl_transport_line(run)
+    if transports:
+        lines += [transports, ""]
     return lines
 
 

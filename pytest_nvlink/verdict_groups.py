@@ -1,0 +1,197 @@
+"""One verdict for every pair of one source GPU, from the per-pair verdicts the judges give.
+
+Above a few dozen GPUs one test item per pair is noise to a person (a 72-GPU domain has 5,112
+ordered pairs per check), so a source GPU's pairs are judged together: each pair by the same
+judge as a per-pair item, the group passing only when every pair passes. A failure names each
+failing peer with its own sentence and the worst figure; the group is "does not apply" only when
+every pair is waived or excused for the same explicit reason; any other mixture fails (fail
+closed). The per-pair verdicts travel with the group into the results record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from pytest_nvlink.model import pair_id
+from pytest_nvlink.verdict import Outcome, Verdict
+
+Pair = tuple[int, int]
+FAILURES_NAMED = 8  # failing peers spelled out in the message; the rest are counted (all are in the record)
+
+
+@dataclass(frozen=True)
+class PairSet:
+    """The pairs one test item judges: one pair (per-pair items) or every pair of one source GPU."""
+
+    pairs: tuple[Pair, ...]
+    ordered: bool
+    grouped: bool  # True: a per-source item (``gpu17->*``), False: one pair
+    suite_file: str = ""  # where [suite] pair_items is set, named when a group fails for mixed outcomes
+
+    @property
+    def source(self) -> int:
+        return self.pairs[0][0]
+
+    @property
+    def label(self) -> str:
+        """The item's parameter id: ``gpu0-gpu1`` for one pair, ``gpu17->*`` / ``gpu17-*`` for a source."""
+        if not self.grouped:
+            return pair_id(*self.pairs[0])
+        return f"gpu{self.source}{'->' if self.ordered else '-'}*"
+
+    def verdict(self, judge: Callable[[int, int], Verdict]) -> Verdict:
+        """The one pair's verdict, or the group's verdict over every pair."""
+        if not self.grouped:
+            return judge(*self.pairs[0])
+        return combine(self, [(pair, judge(*pair)) for pair in self.pairs])
+
+
+@dataclass
+class GroupVerdict(Verdict):
+    """A source GPU's verdict, with every pair's verdict for the results record."""
+
+    pairs: list[tuple[Pair, Verdict]] = field(default_factory=list)
+
+
+def _arrow(group: PairSet, pair: Pair) -> str:
+    return f"GPU {pair[0]} {'->' if group.ordered else '<->'} GPU {pair[1]}"
+
+
+def _named(group: PairSet, pair: Pair, message: str) -> str:
+    """A pair's sentence led by the pair, unless the judge's sentence already starts with it."""
+    arrow = _arrow(group, pair)
+    return message if message.startswith(arrow) else f"{arrow}: {message}"
+
+
+def _peers(group: PairSet) -> str:
+    return f"GPU {group.source} {'->' if group.ordered else 'and'} {len(group.pairs)} peer(s)"
+
+
+def combine(group: PairSet, verdicts: Sequence[tuple[Pair, Verdict]]) -> GroupVerdict:
+    """Pass when every pair passes; otherwise fail naming each pair that did not, unless all are excused alike."""
+    results = list(verdicts)
+    if not results:
+        return GroupVerdict(Outcome.FAIL, f"{_peers(group)}: no pair was judged", [], results)
+    outcomes = {verdict.outcome for _, verdict in results}
+    if outcomes == {Outcome.PASS}:
+        worst_pair, worst = _worst(results)
+        message = f"{_peers(group)}: all {len(results)} pairs pass; worst {_named(group, worst_pair, worst.message)}"
+        return GroupVerdict(Outcome.PASS, message, _group_properties(worst_pair, worst, []), results)
+    failing = [(pair, v) for pair, v in results if v.outcome is Outcome.FAIL]
+    if failing:
+        return _failed(group, results, failing)
+    if outcomes == {Outcome.NO_EVIDENCE}:
+        first_pair, first = results[0]
+        message = f"{_peers(group)}: no pair has evidence; e.g. {_named(group, first_pair, first.message)}"
+        return GroupVerdict(Outcome.NO_EVIDENCE, message, list(first.properties), results)
+    excused = _common_excuse(results)
+    if excused is not None:
+        return GroupVerdict(Outcome.NOT_APPLICABLE, excused.message, list(excused.properties), results)
+    return _mixed(group, results)
+
+
+def _common_excuse(results: list[tuple[Pair, Verdict]]) -> Verdict | None:
+    """The one not-applicable verdict every pair shares (same waiver, or same sentence), else None."""
+    if any(verdict.outcome is not Outcome.NOT_APPLICABLE for _, verdict in results):
+        return None
+    reasons = {_excuse(verdict) for _, verdict in results}
+    return results[0][1] if len(reasons) == 1 else None
+
+
+def _excuse(verdict: Verdict) -> str:
+    props = dict(verdict.properties)
+    if "waived_key" in props:
+        return f"waived {props['waived_key']}: {props.get('waiver_reason', '')}"
+    return verdict.message
+
+
+def _failed(group: PairSet, results: list[tuple[Pair, Verdict]], failing: list[tuple[Pair, Verdict]]) -> GroupVerdict:
+    worst_pair, worst = _worst(failing)
+    named = "; ".join(_named(group, pair, verdict.message) for pair, verdict in failing[:FAILURES_NAMED])
+    more = f"; and {len(failing) - FAILURES_NAMED} more failing pair(s)" if len(failing) > FAILURES_NAMED else ""
+    others = _other_outcomes(results)
+    message = (
+        f"{_peers(group)}: {len(failing)} of {len(results)} pair(s) fail (worst {_arrow(group, worst_pair)}, "
+        f"measured {dict(worst.properties).get('measured', 'unknown')}): {named}{more}{others}"
+    )
+    failing_ids = [pair_id(*pair) for pair, _ in failing]
+    return GroupVerdict(Outcome.FAIL, message, _group_properties(worst_pair, worst, failing_ids), results)
+
+
+def _mixed(group: PairSet, results: list[tuple[Pair, Verdict]]) -> GroupVerdict:
+    """Passes mixed with excused or unevidenced pairs: a group item cannot say both, so it fails."""
+    odd = [(pair, v) for pair, v in results if v.outcome is not Outcome.PASS]
+    first = odd[0][1]
+    named = "; ".join(f"{v.outcome.value}: {_named(group, pair, v.message)}" for pair, v in odd[:FAILURES_NAMED])
+    message = (
+        f"{_peers(group)}: mixed outcomes ({_counts(results)}), and a per-source item passes only when every pair "
+        f'passes: {named}; judge these pairs one by one with [suite] pair_items = "pair"'
+    )
+    props = [p for p in first.properties if p[0] not in ("measured", "expected", "unit")]
+    props += [("measured", _counts(results)), ("expected", "every pair passes"), ("unit", "pairs")]
+    if not any(name in ("threshold_key", "suite_key") for name, _ in props):
+        props += [("suite_key", "suite.pair_items"), ("suite_file", group.suite_file)]
+    props.append(("failing_pairs", ", ".join(pair_id(*pair) for pair, _ in odd)))
+    return GroupVerdict(Outcome.FAIL, message, props, results)
+
+
+def _counts(results: list[tuple[Pair, Verdict]]) -> str:
+    tally: dict[str, int] = {}
+    for _, verdict in results:
+        tally[verdict.outcome.value] = tally.get(verdict.outcome.value, 0) + 1
+    return ", ".join(f"{count} {outcome}" for outcome, count in tally.items())
+
+
+def _other_outcomes(results: list[tuple[Pair, Verdict]]) -> str:
+    others = [v for _, v in results if v.outcome not in (Outcome.PASS, Outcome.FAIL)]
+    return f" ({_counts([((0, 0), v) for v in others])} among the others)" if others else ""
+
+
+def _group_properties(pair: Pair, verdict: Verdict, failing: list[str]) -> list[tuple[str, str]]:
+    """The worst pair's figures and expectation, naming it and every failing pair."""
+    props = [*verdict.properties, ("worst_pair", pair_id(*pair))]
+    if failing:
+        props.append(("failing_pairs", ", ".join(failing)))
+    return props
+
+
+def _worst(results: list[tuple[Pair, Verdict]]) -> tuple[Pair, Verdict]:
+    """The pair whose figure is furthest on the wrong side: lowest against a floor, highest against a ceiling."""
+    ranked = [(key, pair, v) for pair, v in results if (key := _badness(v)) is not None]
+    if not ranked:
+        return results[0]
+    _, pair, verdict = min(ranked, key=lambda entry: entry[0])
+    return pair, verdict
+
+
+def _badness(verdict: Verdict) -> float | None:
+    """Smaller is worse; None when the figure is not a number or the bound's direction is unknown."""
+    props = dict(verdict.properties)
+    try:
+        value = float(props.get("measured", ""))
+    except ValueError:
+        return None
+    expected = props.get("expected", "")
+    if expected.startswith(">="):
+        return value
+    if expected.startswith("<="):
+        return -value
+    return None
+
+
+def pair_records(verdict: Verdict) -> list[dict[str, object]] | None:
+    """The per-pair verdicts of a group verdict as plain data for the results record; None for one pair."""
+    # Duck-typed: pytester's in-process runs re-import this module, so isinstance would miss.
+    pairs: list[tuple[Pair, Verdict]] | None = getattr(verdict, "pairs", None)
+    return None if pairs is None else [_pair_record(pair, v) for pair, v in pairs]
+
+
+def _pair_record(pair: Pair, verdict: Verdict) -> dict[str, object]:
+    props = dict(verdict.properties)
+    record: dict[str, object] = {"src": pair[0], "dst": pair[1], "outcome": verdict.outcome.value}
+    record["message"] = verdict.message
+    for name in ("measured", "expected", "unit"):
+        if name in props:
+            record[name] = props[name]
+    return record
