@@ -16,11 +16,9 @@ import pytest
 
 if TYPE_CHECKING:
     # Only for annotations: an inert plugin (no --nvlink-suite) must import nothing of its own at start-up.
-    from pytest_nvlink.audit import AuditTally
     from pytest_nvlink.judges import Context
     from pytest_nvlink.model import Node
     from pytest_nvlink.provider import LiveMeasurements, MeasurementProvider
-    from pytest_nvlink.report.record import ItemLog
     from pytest_nvlink.run import Given, Run, RunOptions
     from pytest_nvlink.verdict import Verdict
 
@@ -29,7 +27,6 @@ RUN_KEY = pytest.StashKey["Run"]()
 # Set in a pytest-xdist worker: its node and measurements came from the controller, complete.
 HANDED_OVER_KEY = pytest.StashKey[bool]()
 JUDGED_KEY = pytest.StashKey[bool]()  # on an item: nvlink_judge was called
-TALLY_KEY = pytest.StashKey["AuditTally"]()
 # Check areas whose items make the live provider run a measurement campaign.
 _CAMPAIGN_OF_AREA = {"bandwidth": "p2p", "collectives": "collectives"}
 
@@ -45,15 +42,28 @@ _OPTIONS: tuple[tuple[str, str], ...] = (
     ("report", "write a self-contained HTML report (verdict, failures, topology, heatmaps) to this file"),
     ("baseline", "compare with the node's last known good run: a snapshot, or a --nvlink-save-dir folder"),
     ("save-dir", "also save each run as DIR/<host>/<UTC timestamp>.json (a baseline folder)"),
+    ("host", "the host name this run reports (results, JUnit, {host} in output paths); default: the node's"),
 )
+PLACEHOLDER_HELP = "; {host} and {date} (UTC, 20261203) expand"
+_EXPANDING = ("save", "json", "report", "save-dir")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("nvlink", "pytest-nvlink: NVLink/P2P acceptance of multi-GPU servers")
     for name, help_text in _OPTIONS:
         dest = "nvlink_" + name.replace("-", "_")
-        group.addoption(f"--nvlink-{name}", dest=dest, default=None, help=f"{help_text} (ini: {dest})")
+        shown = help_text + (PLACEHOLDER_HELP if name in _EXPANDING else "")
+        group.addoption(f"--nvlink-{name}", dest=dest, default=None, help=f"{shown} (ini: {dest})")
         parser.addini(dest, help_text, type="string", default=None)
+    group.addoption(
+        "--nvlink-quick",
+        dest="nvlink_quick",
+        action="store_true",
+        default=None,
+        help="health check for Slurm prologs and NHC: facts only (inventory, links, paths, P2P status, fabric), "
+        "nothing measured, one line per failure (ini: nvlink_quick)",
+    )
+    parser.addini("nvlink_quick", "health-check mode: facts only, one line per failure", type="bool", default=False)
     group.addoption(
         "--nvlink-evidence",
         dest="nvlink_evidence",
@@ -113,7 +123,20 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     if getattr(namespace, "nvlink_list_suites", False) or not suite:
         return
     if not namespace.file_or_dir:
-        args.extend(str(path) for path in sorted(CHECKS_DIR.glob("test_*.py")))
+        modules = sorted(CHECKS_DIR.glob("test_*.py"))
+        if _quick(early_config):
+            from pytest_nvlink.quick import QUICK_MODULES
+
+            modules = [path for path in modules if path.name in QUICK_MODULES]
+        args.extend(str(path) for path in modules)
+
+
+def _quick(config: pytest.Config) -> bool:
+    """--nvlink-quick, else the ini key; read from the early namespace before options are parsed for real."""
+    given = getattr(config.option, "nvlink_quick", None)
+    if given is None:
+        given = getattr(config.known_args_namespace, "nvlink_quick", None)
+    return bool(config.getini("nvlink_quick") if given is None else given)
 
 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
@@ -126,6 +149,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     return 0
 
 
+@pytest.hookimpl(tryfirst=True)  # before the junitxml plugin opens --junitxml, whose {host} is expanded here
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
@@ -134,22 +158,30 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("nvlink_suite", default=None) is None and config.getini("nvlink_suite") is None:
         return  # inert: nothing of pytest-nvlink is imported or registered
     from pytest_nvlink.config import ConfigError
-    from pytest_nvlink.report.outputs import output_targets
+    from pytest_nvlink.plugin_outputs import check_output_templates, start_outputs
     from pytest_nvlink.run import build_run, read_options
+
+    def setting(name: str) -> Given | None:
+        return _given(config, name)
 
     try:
         exclude = config.getoption("nvlink_evidence_exclude") or config.getini("nvlink_evidence_exclude")
-        options = read_options(lambda name: _given(config, name), _evidence(config), [str(g) for g in exclude])
+        options = read_options(setting, _evidence(config), [str(g) for g in exclude], quick=_quick(config))
         if options is None:
             return
-        config.stash[RUN_KEY] = build_run(*_worker_source(config, options))
-        config.stash[OUTPUTS_KEY] = output_targets(lambda name: _given(config, name))
+        check_output_templates(config, setting)
+        run = build_run(*_worker_source(config, options))
+        config.stash[RUN_KEY] = run
+        # Hooks that only a run needs are registered here, so the inert plugin adds no call per test.
+        config.pluginmanager.register(_ShapeFilter(), "nvlink-shape-filter")
+        config.pluginmanager.register(_JudgedCheck(), "nvlink-judged-check")
+        start_outputs(config, run, setting)
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
-    # Hooks that only a run needs are registered here, so the inert plugin adds no call per test.
-    config.pluginmanager.register(_ShapeFilter(), "nvlink-shape-filter")
-    config.pluginmanager.register(_JudgedCheck(), "nvlink-judged-check")
-    _start_tally(config)
+    if run.options.quick:
+        from pytest_nvlink.plugin_quick import start_quick
+
+        start_quick(config, run, CHECKS_DIR)
 
 
 def _live_probe() -> Node:
@@ -187,7 +219,7 @@ def pytest_xdist_setupnodes(config: pytest.Config) -> None:
     workers never measure (two campaigns on one node would contend for the GPUs).
     """
     run = _run(config)
-    if run is None or run.node.source != "live" or run.probe_failed():
+    if run is None or run.node.source != "live" or run.probe_failed() or run.options.quick:
         return
     _live_provider(config, run).measure_all()
 
@@ -439,179 +471,3 @@ class _JudgedCheck:
                 "cannot pass; hand the check's Verdict to the nvlink_judge fixture"
             )
         return report
-
-
-class _AuditRecorder:
-    """Feeds every test report to the run's tally and results record (on an xdist controller too)."""
-
-    def __init__(self, tally: AuditTally, log: ItemLog) -> None:
-        self.tally = tally
-        self.log = log
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.tally.add(report)
-        self.log.add(report)
-
-
-def _start_tally(config: pytest.Config) -> None:
-    from pytest_nvlink.audit import AuditTally
-    from pytest_nvlink.report.record import ItemLog
-
-    tally, log = AuditTally(), ItemLog()
-    config.stash[TALLY_KEY] = tally
-    config.stash[ITEM_LOG_KEY] = log
-    config.pluginmanager.register(_AuditRecorder(tally, log), "nvlink-audit-tally")
-    if getattr(config.option, "htmlpath", None) and config.pluginmanager.hasplugin("html"):
-        from pytest_nvlink.report.pytest_html import PytestHtmlColumns
-
-        config.pluginmanager.register(PytestHtmlColumns(), "nvlink-pytest-html")
-        config.pluginmanager.register(_HtmlExtras(), "nvlink-pytest-html-extras")
-
-
-class _HtmlExtras:
-    """pytest-html: the picture a failing row is about (heatmap or topology) as an extra on that row."""
-
-    def __init__(self) -> None:
-        self.rendered: dict[str, str | None] = {}
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
-        report = yield
-        run = _run(item.config)
-        if run is None or report.when != "call" or not report.failed or item.get_closest_marker("nvlink") is None:
-            return report
-        from pytest_nvlink.report.pytest_html import html_extra
-
-        check = item.name.split("[")[0]
-        if check not in self.rendered:
-            from pytest_nvlink.report.html import picture_html
-
-            self.rendered[check] = picture_html(run, check)
-        picture = self.rendered[check]
-        if picture is not None:
-            report.extras = [*getattr(report, "extras", []), html_extra(picture)]
-        return report
-
-
-ITEM_LOG_KEY = pytest.StashKey["ItemLog"]()
-OUTPUTS_KEY = pytest.StashKey[list[tuple[str, Path]]]()  # (format, file) of --nvlink-json/--nvlink-report
-WRITTEN_KEY = pytest.StashKey[list[tuple[bool, str]]]()
-
-
-def _write_outputs(session: pytest.Session, run: Run) -> None:
-    """The JSON results and the HTML report, both from the one results record."""
-    config = session.config
-    wanted = config.stash.get(OUTPUTS_KEY, [])
-    log, tally = config.stash.get(ITEM_LOG_KEY, None), config.stash.get(TALLY_KEY, None)
-    if not wanted or log is None or tally is None or hasattr(config, "workerinput"):
-        return
-    from pytest_nvlink.report.outputs import write_outputs
-    from pytest_nvlink.report.record import Results
-
-    written = write_outputs(Results(run, log.results(), tally.line()), wanted)
-    config.stash[WRITTEN_KEY] = written
-    if not all(ok for ok, _ in written):
-        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    # The JUnit <testsuite> properties go straight to pytest's LogXML (what record_testsuite_property
-    # does): it lives in the controller under pytest-xdist, and no autouse fixture taxes every test.
-    run = _run(session.config)
-    if run is None:
-        return
-    from _pytest.junitxml import xml_key
-
-    xml = session.config.stash.get(xml_key, None)
-    if xml is not None:
-        from pytest_nvlink.report import suite_properties
-
-        for name, value in suite_properties(run):
-            xml.add_global_property(name, value)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_terminal_summary(
-    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
-) -> Generator[None, None, None]:
-    yield
-    run = _run(config)
-    if run is None or _lists_only(config):
-        return
-    try:
-        from pytest_nvlink.report import summary_lines
-
-        terminalreporter.section("pytest-nvlink summary")
-        for line in summary_lines(run, terminalreporter.stats, config.stash.get(TALLY_KEY, None)):
-            terminalreporter.write_line(line)
-    except Exception as exc:
-        terminalreporter.write_line(f"pytest-nvlink: summary could not be rendered ({exc!r})")
-    # Last, right above the outcome counts, where a failed save cannot be missed.
-    saved = config.stash.get(SAVED_KEY, None)
-    for ok, line in [*([saved] if saved is not None else []), *config.stash.get(WRITTEN_KEY, [])]:
-        terminalreporter.write_line(line, green=ok, red=not ok)
-
-
-def _lists_only(config: pytest.Config) -> bool:
-    """--co, --fixtures and --fixtures-per-test judge nothing: no verdict tables."""
-    option = config.option
-    return bool(
-        getattr(option, "collectonly", False)
-        or getattr(option, "showfixtures", False)
-        or getattr(option, "show_fixtures_per_test", False)
-    )
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    run = _run(session.config)
-    if run is None:
-        return
-    reason = run.gate_only()
-    if reason is not None and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
-        # "-k topology" on a node that could not be probed selects nothing; that must not read as "no tests".
-        session.config.get_terminal_writer().line(f"pytest-nvlink: {reason}", red=True)
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    _refuse_empty_audit(session)
-    targets = [run.options.save] if run.options.save is not None else []
-    if run.options.save_dir is not None:
-        from pytest_nvlink.report.baseline import saved_run_path
-
-        targets.append(saved_run_path(run.options.save_dir, run.node.host))
-    if targets:
-        from pytest_nvlink.environment import stamp_environment
-
-        # The outcome is recorded so that a --nvlink-baseline folder offers only runs that passed.
-        node = stamp_environment(run, passed=session.exitstatus == pytest.ExitCode.OK)
-        for path in targets:
-            _save(session, node, path)
-    _write_outputs(session, run)
-
-
-SAVED_KEY = pytest.StashKey[tuple[bool, str]]()
-
-
-def _refuse_empty_audit(session: pytest.Session) -> None:
-    """A run whose nvlink checks all went unjudged (no evidence, nothing applies) must not exit 0."""
-    tally = session.config.stash.get(TALLY_KEY, None)
-    if tally is None or hasattr(session.config, "workerinput"):  # an xdist worker: the controller decides
-        return
-    # The terminal summary says why (report.audit_lines).
-    if tally.judged_nothing() and session.exitstatus == pytest.ExitCode.OK:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def _save(session: pytest.Session, node: Node, path: Path) -> None:
-    from pytest_nvlink.snapshot import save_snapshot
-
-    earlier = session.config.stash.get(SAVED_KEY, None)
-    try:
-        save_snapshot(node, path)
-    except OSError as exc:
-        line = (False, f"pytest-nvlink: could not save snapshot {path}: {exc}")
-        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-    else:
-        line = (True, f"pytest-nvlink: snapshot saved to {path}")
-    # With --nvlink-save and --nvlink-save-dir both lines are shown; a failure keeps the line red.
-    if earlier is not None:
-        line = (earlier[0] and line[0], f"{earlier[1]}\n{line[1]}")
-    session.config.stash[SAVED_KEY] = line

@@ -6,8 +6,9 @@ The plugin hands this module plain values; every problem with them comes back as
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,8 @@ from pytest_nvlink.config import (
 )
 from pytest_nvlink.judges import Context
 from pytest_nvlink.model import Node
+from pytest_nvlink.placeholders import PlaceholderError, expand, placeholder_values
+from pytest_nvlink.placeholders import check as check_placeholders
 from pytest_nvlink.required_keys import check_required_keys
 
 if TYPE_CHECKING:
@@ -44,6 +47,8 @@ class RunOptions:
     backend: str | None = None  # "nccl" | "gloo"; None picks from the hardware
     baseline: Path | None = None  # a snapshot, or a folder of saved runs (--nvlink-save-dir layout)
     save_dir: Path | None = None  # also save the run as <dir>/<host>/<UTC timestamp>.json
+    host: str | None = None  # the host name this run reports, instead of the node's own
+    quick: bool = False  # health-check mode: facts only, nothing measured
     # Where each setting came from, for messages: "--nvlink-replay" or "pytest.ini:nvlink_replay".
     labels: dict[str, str] = field(default_factory=dict)
 
@@ -71,11 +76,16 @@ _EXPECTED_VALUE = {
     "backend": "nccl or gloo",
     "baseline": "a snapshot .json or a folder of saved runs",
     "save-dir": "a folder to save each run in",
+    "host": "the host name this run reports",
 }
 
 
 def read_options(
-    setting: Callable[[str], Given | None], evidence: list[Given], evidence_exclude: list[str] | None = None
+    setting: Callable[[str], Given | None],
+    evidence: list[Given],
+    evidence_exclude: list[str] | None = None,
+    *,
+    quick: bool = False,
 ) -> RunOptions | None:
     """RunOptions from the settings given (``setting("pair-mode")``); None when no suite is asked for.
 
@@ -116,6 +126,8 @@ def read_options(
         backend=text("backend"),
         baseline=path("baseline"),
         save_dir=path("save-dir"),
+        host=text("host"),
+        quick=quick,
         labels=labels,
     )
 
@@ -130,6 +142,13 @@ class Run:
     # Set when --nvlink-suite=auto found no suite for the node: the inventory gate fails with it.
     auto_mismatch: str | None = None
     baseline: Baseline | None = None  # set from --nvlink-baseline by pytest_nvlink.baseline.attach_baseline
+    # What {host} and {date} stand for in this run's output paths (pytest_nvlink.placeholders).
+    placeholders: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def host(self) -> str:
+        """The host this run reports: --nvlink-host, else the node's own, else this machine's name."""
+        return self.node.host or socket.gethostname()
 
     @property
     def context(self) -> Context:
@@ -153,7 +172,17 @@ def build_run(options: RunOptions, live_probe: Callable[[], Node]) -> Run:
     named = None if options.suite == AUTO else load_suite(options.suite)
     if named is not None:
         _check_threshold_ref(named)
-    node = _load_node(options, live_probe)
+    # A replay or evidence names its host before anything is probed; a live probe reports this machine's name.
+    recorded = _load_recorded_node(options)
+    values = placeholder_values(options.host or (recorded.host if recorded is not None else None))
+    options = _expand_save_paths(options, values)
+    node = recorded if recorded is not None else live_probe()
+    if options.host is not None:
+        node.host = options.host  # saved snapshots and results then name the host the run reports
+    if options.quick:
+        from pytest_nvlink.quick import facts_only
+
+        node = facts_only(node)
     note, mismatch = None, None
     suite = named
     if suite is None:
@@ -162,7 +191,7 @@ def build_run(options: RunOptions, live_probe: Callable[[], Node]) -> Run:
         suite.measure.pair_mode = options.pair_mode
     thresholds = load_thresholds(_threshold_ref(suite), options.thresholds_file)
     check_required_keys(suite, thresholds)
-    run = Run(options, node, suite, thresholds, note, mismatch)
+    run = Run(options, node, suite, thresholds, note, mismatch, placeholders=values)
     if options.baseline is not None:
         from pytest_nvlink.baseline import attach_baseline
 
@@ -203,6 +232,13 @@ def not_collected_note(suite: Suite) -> str | None:
 def _check_exclusive(options: RunOptions) -> None:
     if options.replay and options.evidence:
         raise ConfigError(f"{options.label('replay')} and {options.label('evidence')}: choose one source, not both")
+    for name, given in (("baseline", options.baseline), ("save-dir", options.save_dir)):
+        if options.quick and given is not None:
+            # A quick snapshot has no figures: as a folder's newest passing run it would fail every comparison.
+            raise ConfigError(
+                f"{options.label(name)} and {options.label('quick')}: a quick run measures nothing, so it neither "
+                "compares with nor adds to a baseline; leave one of them out"
+            )
     choices = (
         ("evidence-missing", options.evidence_missing, ("fail", "skip")),
         ("pair-mode", options.pair_mode, (None, "serial", "concurrent")),
@@ -221,6 +257,21 @@ def _check_paths(options: RunOptions) -> None:
     for path in options.evidence:
         if path.exists() and not (path.is_file() or path.is_dir()):
             raise ConfigError(f"{options.label('evidence')}: {path} is not a regular file or folder (a device or pipe)")
+    for name, given in (("save", options.save), ("save-dir", options.save_dir)):
+        if given is not None:
+            try:
+                check_placeholders(str(given), options.label(name))
+            except PlaceholderError as exc:
+                raise ConfigError(str(exc)) from None
+
+
+def _expand_save_paths(options: RunOptions, values: dict[str, str]) -> RunOptions:
+    """``{host}`` and ``{date}`` in --nvlink-save and --nvlink-save-dir; an unwritable target stops the run."""
+
+    def expanded(name: str, path: Path | None) -> Path | None:
+        return None if path is None else Path(expand(str(path), values, options.label(name)))
+
+    options = replace(options, save=expanded("save", options.save), save_dir=expanded("save-dir", options.save_dir))
     if options.save_dir is not None and options.save_dir.exists() and not options.save_dir.is_dir():
         raise ConfigError(f"{options.label('save-dir')}: {options.save_dir} is not a folder")
     if options.save is not None:
@@ -230,6 +281,7 @@ def _check_paths(options: RunOptions) -> None:
             check_writable(options.save)
         except SnapshotError as exc:
             raise ConfigError(f"{options.label('save')}: {exc}") from None
+    return options
 
 
 def _thresholds_file_problem(label: str, path: Path) -> str:
@@ -244,7 +296,8 @@ def _thresholds_file_problem(label: str, path: Path) -> str:
     return f"{label}: {path}: file not found (expected a site threshold .toml)"
 
 
-def _load_node(options: RunOptions, live_probe: Callable[[], Node]) -> Node:
+def _load_recorded_node(options: RunOptions) -> Node | None:
+    """The replayed snapshot or the parsed evidence; None when the node is this machine, probed live."""
     if options.replay is not None:
         from pytest_nvlink.snapshot import SnapshotError, load_snapshot
 
@@ -259,7 +312,7 @@ def _load_node(options: RunOptions, live_probe: Callable[[], Node]) -> Node:
             return load_evidence(options.evidence, options.evidence_exclude)
         except EvidenceError as exc:
             raise ConfigError(f"{options.label('evidence')}: {exc}") from None
-    return live_probe()
+    return None
 
 
 def _snapshot_path(replay: Path, label: str) -> Path:

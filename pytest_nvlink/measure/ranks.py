@@ -13,10 +13,12 @@ rendezvous itself is ``torch.distributed.init_process_group(init_method="env://"
 
 from __future__ import annotations
 
-import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from pytest_nvlink.fleet.hostlist import HostlistError
+from pytest_nvlink.fleet.hostlist import first_host as hostlist_first_host
 
 # Derived ports stay in 12000..31999: unprivileged, and below Linux's default ephemeral range
 # (net.ipv4.ip_local_port_range starts at 32768), so the kernel does not hand them to outgoing sockets.
@@ -71,28 +73,11 @@ def derived_port(job_id: str) -> int:
 
 
 def first_host(hostlist: str) -> str:
-    """The first host of a Slurm hostlist (``gpu[007-009,012],login1`` -> ``gpu007``).
-
-    Only the first host is needed for the rendezvous, so ranges are not expanded beyond it.
-    """
-    # A full hostlist parser lives with the fleet merge; this one reads only the first name.
-    text = hostlist.strip()
-    match = re.match(r"([^,\[\]]*)(?:\[([^\]]*)\])?", text)
-    if not text or match is None or not (match.group(1) or match.group(2)):
-        raise RankEnvError(f"cannot read a first host from the hostlist {hostlist!r}")
-    prefix, ranges = match.group(1), match.group(2)
-    if ranges is None:
-        return prefix
-    first = ranges.split(",")[0].split("-")[0].strip()
-    if not first.isdigit():
-        raise RankEnvError(f"cannot read a first host from the hostlist {hostlist!r}")
-    return prefix + first + _suffix_after_bracket(text, match.end())
-
-
-def _suffix_after_bracket(text: str, end: int) -> str:
-    """Text after ``]`` up to the next comma (``node[1-2]-ib`` -> ``-ib``)."""
-    rest = text[end:]
-    return rest.split(",", 1)[0]
+    """The first host of a Slurm hostlist (``gpu[007-009,012],login1`` -> ``gpu007``), the rest not expanded."""
+    try:
+        return hostlist_first_host(hostlist)
+    except HostlistError as exc:
+        raise RankEnvError(f"cannot read a first host from the hostlist {hostlist!r}: {exc}") from None
 
 
 def _port(env: Mapping[str, str], derived: int | None, source: str) -> int:

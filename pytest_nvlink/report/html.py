@@ -51,7 +51,8 @@ class GpuRow:
     pcie: str
 
 
-def _environment() -> jinja2.Environment:
+def environment() -> jinja2.Environment:
+    """The Jinja environment of every page (node report, fleet page): autoescaping, strict undefined."""
     import jinja2  # only a run that writes a report pays for the import
 
     env = jinja2.Environment(
@@ -66,7 +67,7 @@ def _environment() -> jinja2.Environment:
 
 
 def render_html(results: Results) -> str:
-    return _environment().get_template("report.html.j2").render(**report_context(results))
+    return environment().get_template("report.html.j2").render(**report_context(results))
 
 
 # The picture that explains a failing check's row in pytest-html.
@@ -86,7 +87,7 @@ def picture_html(run: Run, check: str) -> str | None:
     picture = CHECK_PICTURES.get(check)
     if picture is None:
         return None
-    macros = _environment().get_template("pictures.html.j2").module
+    macros = environment().get_template("pictures.html.j2").module
     if picture == "topology":
         return str(macros.topology_table(pictures.topology_rows(run))) if run.node.gpus else None  # type: ignore[attr-defined]
     heatmap = _heatmap(run, picture)
@@ -107,6 +108,7 @@ def report_context(results: Results) -> dict[str, object]:
         "suite": run.suite,
         "thresholds": run.thresholds,
         "node": node,
+        "host": run.host,
         "source": source_text(run),
         "created": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "models": sorted({gpu.name or "unknown model" for gpu in node.gpus}),

@@ -32,6 +32,7 @@ def results_document(results: Results) -> dict[str, Any]:
         "plugin_version": __version__,
         "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "verdict": results.verdict,
+        "host": run.host,
         "source": source_text(run),
         "suite": {"name": run.suite.name, "file": str(run.suite.file), "gpu_count": run.suite.gpu_count},
         "thresholds": {"name": run.thresholds.name, "files": [str(f) for f in run.thresholds.files]},

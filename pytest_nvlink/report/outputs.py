@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from pytest_nvlink.config import ConfigError
+from pytest_nvlink.placeholders import PlaceholderError, expand
 from pytest_nvlink.report.record import Results
 from pytest_nvlink.run import Given
 
@@ -29,8 +30,9 @@ def write_outputs(results: Results, wanted: list[tuple[str, Path]]) -> list[tupl
     return lines
 
 
-def output_targets(setting: Callable[[str], Given | None]) -> list[tuple[str, Path]]:
-    """(format, file) for ``--nvlink-json`` and ``--nvlink-report``, checked before anything runs."""
+def output_targets(setting: Callable[[str], Given | None], values: Mapping[str, str]) -> list[tuple[str, Path]]:
+    """(format, file) for ``--nvlink-json`` and ``--nvlink-report``, ``{host}``/``{date}`` expanded, checked
+    before anything runs."""
     from pytest_nvlink.snapshot import SnapshotError, check_writable
 
     wanted = []
@@ -40,7 +42,10 @@ def output_targets(setting: Callable[[str], Given | None]) -> list[tuple[str, Pa
             continue
         if not given.value:
             raise ConfigError(f"{given.label}: empty; give a file name")
-        path = Path(given.value)
+        try:
+            path = Path(expand(given.value, values, given.label))
+        except PlaceholderError as exc:
+            raise ConfigError(str(exc)) from None
         try:
             check_writable(path)
         except SnapshotError as exc:

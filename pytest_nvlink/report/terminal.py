@@ -39,7 +39,7 @@ def header_lines(run: Run) -> list[str]:
     lines = [
         f"nvlink suite: {suite.name} ({suite.file}) - {suite.description}",
         f"nvlink SKU thresholds: {run.thresholds.name} ({', '.join(str(f) for f in run.thresholds.files)})",
-        f"nvlink source: {_source_text(run)}; host {node.host or 'unknown'}; driver {node.driver_version or 'unknown'}"
+        f"nvlink source: {_source_text(run)}; host {run.host}; driver {node.driver_version or 'unknown'}"
         f"; CUDA {node.cuda_driver_version or 'unknown'}; {len(node.gpus)} x {model}",
     ]
     if run.auto_note:
@@ -63,7 +63,7 @@ def suite_properties(run: Run) -> list[tuple[str, str]]:
         ("nvlink_suite_file", str(run.suite.file)),
         ("nvlink_thresholds", ",".join(str(f) for f in run.thresholds.files)),
         ("nvlink_source", _source_text(run)),
-        ("host", node.host or "unknown"),
+        ("host", run.host),
         ("driver_version", node.driver_version or "unknown"),
         ("cuda_driver_version", node.cuda_driver_version or "unknown"),
         ("gpu_count", str(len(node.gpus))),

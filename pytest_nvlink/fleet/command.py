@@ -1,0 +1,164 @@
+"""``pytest-nvlink fleet``: the options, and the run from files to verdict and outputs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from pytest_nvlink.fleet.hostlist import HostlistError, expand
+from pytest_nvlink.fleet.load import FleetInputError
+from pytest_nvlink.fleet.merge import Fleet, merge_paths
+from pytest_nvlink.fleet.outliers import OutlierSettings
+from pytest_nvlink.fleet.terminal import render_terminal
+
+if TYPE_CHECKING:
+    from argparse import _SubParsersAction
+
+INPUT_ERROR = 2
+DEFAULTS = OutlierSettings()
+
+
+def add_fleet_parser(commands: _SubParsersAction[argparse.ArgumentParser]) -> None:
+    fleet = commands.add_parser(
+        "fleet",
+        help="merge per-node --nvlink-json results into one fleet verdict",
+        description=(
+            "Merge per-node results (files written by --nvlink-json, and folders searched recursively for *.json) "
+            "into one verdict. Exit status: 0 all nodes pass; 1 a node fails, is incomplete or missing "
+            "(or has an outlier with --fail-on-outliers); 2 a usage or input error."
+        ),
+    )
+    fleet.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="results files or folders of them")
+    fleet.add_argument(
+        "--expect-nodes",
+        metavar="HOSTLIST|FILE",
+        help="the nodes that must have results: a Slurm hostlist (gpu[001-064,070]) or a file of names "
+        "(one hostlist or name per line, # comments); absent ones fail as missing",
+    )
+    fleet.add_argument("--fail-on-outliers", action="store_true", help="outliers make the exit status 1")
+    fleet.add_argument(
+        "--outlier-z",
+        type=_positive,
+        default=DEFAULTS.z_threshold,
+        metavar="Z",
+        help="flag a node whose modified z-score is this far on the bad side (default %(default)s)",
+    )
+    fleet.add_argument(
+        "--outlier-warn-percent",
+        type=_positive,
+        default=DEFAULTS.warn_percent,
+        metavar="PCT",
+        help="flag a node this many %% worse than the fleet median (default %(default)s)",
+    )
+    fleet.add_argument(
+        "--outlier-replace-percent",
+        type=_positive,
+        default=DEFAULTS.replace_percent,
+        metavar="PCT",
+        help="call for replacement this many %% worse than the fleet median (default %(default)s)",
+    )
+    fleet.add_argument(
+        "--outlier-min-nodes",
+        type=_at_least_three,
+        default=DEFAULTS.min_nodes,
+        metavar="N",
+        help="nodes needed to judge outliers in a figure (default %(default)s)",
+    )
+    fleet.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML: one testcase per node and outlier")
+    fleet.add_argument("--json", type=Path, metavar="FILE", help="write the fleet verdict as JSON (fleet.schema.json)")
+    fleet.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML fleet page")
+    fleet.add_argument(
+        "--drain-script",
+        type=Path,
+        metavar="FILE",
+        help="write (never run) a shell script of scontrol DRAIN lines for the nodes not passing",
+    )
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number above 0")
+    return value
+
+
+def _at_least_three(text: str) -> int:
+    # A median and MAD of fewer than three values cannot single out one node.
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 3:
+        raise argparse.ArgumentTypeError(f"{value} is below 3; a median of fewer nodes singles out none")
+    return value
+
+
+def expected_nodes(value: str) -> list[str]:
+    """A file of names (one hostlist or name per line) when ``value`` is a file, else a hostlist."""
+    path = Path(value)
+    if not path.is_file():
+        return expand(value)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FleetInputError(f"{path}: cannot read the expected nodes ({exc})") from None
+    hosts: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            hosts.extend(expand(text))
+        except HostlistError as exc:
+            raise FleetInputError(f"{path}:{number}: {exc}") from None
+    if not hosts:
+        raise FleetInputError(f"{path}: names no node")
+    return list(dict.fromkeys(hosts))
+
+
+def settings_of(args: argparse.Namespace) -> OutlierSettings:
+    return OutlierSettings(
+        args.outlier_z, args.outlier_warn_percent, args.outlier_replace_percent, args.outlier_min_nodes
+    )
+
+
+def run_fleet(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        settings = settings_of(args)
+        if settings.replace_percent < settings.warn_percent:
+            raise FleetInputError("--outlier-replace-percent is below --outlier-warn-percent")
+        expected = expected_nodes(args.expect_nodes) if args.expect_nodes is not None else None
+        fleet = merge_paths(args.paths, expected, settings)
+        write_outputs(fleet, args)
+    except (FleetInputError, HostlistError) as exc:
+        err.write(f"pytest-nvlink fleet: error: {exc}\n")
+        return INPUT_ERROR
+    except OSError as exc:
+        err.write(f"pytest-nvlink fleet: error: cannot write {exc.filename}: {exc.strerror or exc}\n")
+        return INPUT_ERROR
+    out.write(render_terminal(fleet, args.fail_on_outliers))
+    return fleet.exit_status(args.fail_on_outliers)
+
+
+def write_outputs(fleet: Fleet, args: argparse.Namespace) -> None:
+    """Each requested file; imports only what the requested outputs need."""
+    if args.junit is not None:
+        from pytest_nvlink.fleet.outputs import write_junit
+
+        write_junit(fleet, args.junit, args.fail_on_outliers)
+    if args.json is not None:
+        from pytest_nvlink.fleet.outputs import write_json
+
+        write_json(fleet, args.json, args.fail_on_outliers)
+    if args.html is not None:
+        from pytest_nvlink.fleet.html import write_html
+
+        write_html(fleet, args.html, args.fail_on_outliers)
+    if args.drain_script is not None:
+        from pytest_nvlink.fleet.outputs import write_drain_script
+
+        write_drain_script(fleet, args.drain_script)
