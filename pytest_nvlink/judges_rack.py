@@ -319,10 +319,10 @@ def _pairs_message(ctx: Context, tray: int, findings: list[_PairFinding], where:
         else:
             parts.append(f"{_pair_text(ctx, m)}: send/recv {m.value:.1f} GB/s per direction, below {floor} GB/s")
     more = f" (and {len(findings) - 3} more)" if len(findings) > 3 else ""
-    return f"tray {tray}: {'; '.join(parts)}{more} ({where}); likely cause: {_pairs_cause(ctx, findings)}"
+    return f"tray {tray}: {'; '.join(parts)}{more} ({where}); likely cause: {_pairs_cause(ctx, tray, findings)}"
 
 
-def _pairs_cause(ctx: Context, findings: list[_PairFinding]) -> str:
+def _pairs_cause(ctx: Context, tray: int, findings: list[_PairFinding]) -> str:
     measured = [f.measurement for f in findings]
     common = set.intersection(*({m.src, m.dst} for m in measured))
     if len(measured) > 1 and len(common) == 1:
@@ -331,14 +331,20 @@ def _pairs_cause(ctx: Context, findings: list[_PairFinding]) -> str:
             f"{_where_gpu(ctx, gpu)} is in every failing pair: its NVLinks or their switch-tray ports "
             "(check nvidia-smi nvlink -s on its host and test_nvlink_active_links)"
         )
+    others = set.intersection(*(_trays_of(ctx, m) - {tray} for m in measured))
+    shared = ""
+    if len(measured) > 1 and len(others) == 1:
+        other = next(iter(others))
+        host = next((g.host for g in tray_gpus(ctx, other or 0) if g.host), "unknown host")
+        shared = f"tray {other} ({host}) is in every failing pair (see test_rack_clique[tray{other}]); "
     slow = [m.value for m in measured if m.value is not None]
     if slow and max(slow) < 100:
         return (
-            "a figure at network speed: NCCL took InfiniBand/Ethernet instead of NVLink between the trays "
+            f"{shared}a figure at network speed: NCCL took InfiniBand/Ethernet instead of NVLink between the trays "
             "(see test_nccl_transport; a tray outside the clique, NCCL_MNNVL_ENABLE=0, or IMEX channels missing)"
         )
     return (
-        "links trained down or a degraded NVLink switch tray on the path between these trays; check "
+        f"{shared}links trained down or a degraded NVLink switch tray on the path between these trays; check "
         "nvidia-smi nvlink -s on both hosts and the fabric health (nvidia-smi -q, Fabric)"
     )
 

@@ -264,3 +264,12 @@ def test_a_site_waiver_of_the_send_recv_floor_makes_the_check_not_apply(healthy:
     ctx = dataclasses.replace(healthy, thresholds=load_thresholds("gb200-nvl72", site))
     verdict = judges_rack.rack_sendrecv(ctx, 0)
     assert verdict.outcome is Outcome.NOT_APPLICABLE and "vendor burn-in" in verdict.message
+
+
+def test_pairs_failing_through_one_other_tray_name_that_tray(healthy: Context) -> None:
+    for m in healthy.node.measurements.p2p:
+        if 5 in {m.src // 4, m.dst // 4} and m.src // 4 != m.dst // 4:
+            m.value = 46.8
+    verdict = judges_rack.rack_sendrecv(healthy, 4)
+    _fails(verdict, "tray 5 (gb200-r07-c06) is in every failing pair", "a figure at network speed")
+    assert "tray 5 (gb200-r07-c06) is in every" not in judges_rack.rack_sendrecv(healthy, 5).message
