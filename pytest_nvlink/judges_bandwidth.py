@@ -69,10 +69,19 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
 def _link_capacity(ctx: Context, index: int) -> tuple[float, int] | None:
     """Per-direction GB/s the GPU's active NVLinks can carry and their count; None where not known."""
     gpu = ctx.node.gpu(index)
-    active = [link for link in (gpu.nvlinks or []) if link.active] if gpu is not None else []
-    if gpu is None or gpu.active_link_count() is None or not active or any(link.speed_gbps is None for link in active):
+    if gpu is None or gpu.nvlinks is None:
         return None
-    return sum(link.speed_gbps or 0.0 for link in active), len(active)
+    # One pass over the links: this runs twice for every ordered pair of every bandwidth check.
+    total, count = 0.0, 0
+    for link in gpu.nvlinks:
+        if link.active is None:
+            return None  # a link whose state is unknown: the active count is unknown
+        if link.active:
+            if link.speed_gbps is None:
+                return None
+            total += link.speed_gbps
+            count += 1
+    return (total, count) if count else None
 
 
 def _above_link_capacity(
