@@ -274,6 +274,8 @@ def _shape(hint: Any) -> tuple[str, Any, bool]:
 
 def _convert(hint: Any, value: object, where: _Where) -> Any:
     kind, inner, optional = _shape(hint)
+    if kind == "scalar" and type(value) is inner:
+        return value  # most values: a str, int, float or bool of exactly the declared type
     if value is None and optional:
         return None
     if kind == "list":
