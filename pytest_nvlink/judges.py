@@ -151,9 +151,12 @@ def pair_properties(ctx: Context, src: int, dst: int) -> list[tuple[str, str]]:
     props = [("gpu_src", str(src)), ("gpu_dst", str(dst))]
     for role, index in (("src", src), ("dst", dst)):
         gpu = ctx.node.gpu(index)
-        for field, value in (("uuid", gpu.uuid if gpu else None), ("serial", gpu.serial if gpu else None)):
-            if value:
-                props.append((f"gpu_{role}_{field}", value))
+        if gpu is None:
+            continue
+        if gpu.uuid:
+            props.append((f"gpu_{role}_uuid", gpu.uuid))
+        if gpu.serial:
+            props.append((f"gpu_{role}_serial", gpu.serial))
     return props
 
 

@@ -7,6 +7,7 @@ snapshot, parsed tool output), so re-judging a saved run against other threshold
 from __future__ import annotations
 
 from pytest_nvlink import judges_rack
+from pytest_nvlink.config import Threshold
 from pytest_nvlink.judges import Context, pair_properties
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, P2PMeasurement
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, not_applicable, passed, unknown
@@ -47,7 +48,7 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
     if m is None or value is None:
         reason = (m.error if m is not None and m.error else None) or "no measurement recorded"
         return unknown(ctx.node.source, f"the {kind} P2P {_what(kind)} GPU {src} -> GPU {dst}", reason, props)
-    too_fast = _above_link_capacity(ctx, src, dst, kind, value, where=threshold.where())
+    too_fast = _above_link_capacity(ctx, src, dst, kind, value, threshold=threshold)
     if too_fast is not None:
         message, ceiling = too_fast
         capacity = measured_properties(value, f"<= {ceiling:.1f}", unit, threshold)
@@ -69,14 +70,23 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
 def _link_capacity(ctx: Context, index: int) -> tuple[float, int] | None:
     """Per-direction GB/s the GPU's active NVLinks can carry and their count; None where not known."""
     gpu = ctx.node.gpu(index)
-    active = [link for link in (gpu.nvlinks or []) if link.active] if gpu is not None else []
-    if gpu is None or gpu.active_link_count() is None or not active or any(link.speed_gbps is None for link in active):
+    if gpu is None or gpu.nvlinks is None:
         return None
-    return sum(link.speed_gbps or 0.0 for link in active), len(active)
+    # One pass over the links: this runs twice for every ordered pair of every bandwidth check.
+    total, count = 0.0, 0
+    for link in gpu.nvlinks:
+        if link.active is None:
+            return None  # a link whose state is unknown: the active count is unknown
+        if link.active:
+            if link.speed_gbps is None:
+                return None
+            total += link.speed_gbps
+            count += 1
+    return (total, count) if count else None
 
 
 def _above_link_capacity(
-    ctx: Context, src: int, dst: int, kind: str, value: float, *, where: str
+    ctx: Context, src: int, dst: int, kind: str, value: float, *, threshold: Threshold
 ) -> tuple[str, float] | None:
     """A figure the two GPUs' NVLinks cannot carry means the timing is wrong: it must not pass as a fast pair."""
     if kind == "latency":
@@ -92,8 +102,8 @@ def _above_link_capacity(
         f"GPU {src} -> GPU {dst}: {_label(kind)} {value:.1f} GB/s is more than the {ceiling:.1f} GB/s "
         f"the NVLinks can carry ({links} active link(s) on the narrower GPU, summed per-link speed"
         f"{', both directions' if kind == 'bidirectional' else ''}), so the figure cannot be true and is not judged "
-        f"against {where}; likely cause: the timing is wrong (copies still running when the timer stopped, a "
-        "per-direction figure taken as the sum, bytes counted twice) — rerun, and check the tool's version",
+        f"against {threshold.where()}; likely cause: the timing is wrong (copies still running when the timer "
+        "stopped, a per-direction figure taken as the sum, bytes counted twice) — rerun, and check the tool's version",
         ceiling,
     )
 

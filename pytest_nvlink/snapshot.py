@@ -216,17 +216,37 @@ def _first_duplicate(
 
 def from_json(cls: type[T], data: object, where: str) -> T:
     """Build dataclass ``cls`` from parsed JSON, checking every field's type."""
+    return _from_json(cls, data, where)  # type: ignore[no-any-return]
+
+
+# Where a value sits, as (parent, field name or list index) links spelled out only for an error: a 72-GPU
+# snapshot holds ~350,000 values, and writing each one's path as text cost a good part of the load.
+_Where = str | tuple[Any, str | int]
+
+
+def _where_text(where: _Where) -> str:
+    parts: list[str | int] = []
+    while isinstance(where, tuple):
+        where, part = where
+        parts.append(part)
+    text = where
+    for part in reversed(parts):
+        text = f"{text}[{part}]" if isinstance(part, int) else f"{text}.{part}"
+    return text
+
+
+def _from_json(cls: Any, data: object, where: _Where) -> Any:
     if not isinstance(data, dict):
-        raise SnapshotError(f"{where}: expected an object, got {type(data).__name__}")
-    hints, known = _fields_of(cls)  # type: ignore[arg-type]  # a dataclass type is hashable
+        raise SnapshotError(f"{_where_text(where)}: expected an object, got {type(data).__name__}")
+    hints, known = _fields_of(cls)
     if not data.keys() <= known.keys():
-        raise SnapshotError(f"{where}.{sorted(set(data) - set(known))[0]}: unknown field")
+        raise SnapshotError(f"{_where_text(where)}.{sorted(set(data) - set(known))[0]}: unknown field")
     kwargs: dict[str, Any] = {}
     for name, spec in known.items():
         if name in data:
-            kwargs[name] = _convert(hints[name], data[name], f"{where}.{name}")
+            kwargs[name] = _convert(hints[name], data[name], (where, name))
         elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
-            raise SnapshotError(f"{where}.{name}: required field missing")
+            raise SnapshotError(f"{_where_text(where)}.{name}: required field missing")
     return cls(**kwargs)
 
 
@@ -252,24 +272,26 @@ def _shape(hint: Any) -> tuple[str, Any, bool]:
     return ("dataclass" if dataclasses.is_dataclass(hint) else "scalar"), hint, False
 
 
-def _convert(hint: Any, value: object, where: str) -> Any:
+def _convert(hint: Any, value: object, where: _Where) -> Any:
     kind, inner, optional = _shape(hint)
+    if kind == "scalar" and type(value) is inner:
+        return value  # most values: a str, int, float or bool of exactly the declared type
     if value is None and optional:
         return None
     if kind == "list":
         if not isinstance(value, list):
-            raise SnapshotError(f"{where}: expected a list")
-        return [_convert(inner, v, f"{where}[{i}]") for i, v in enumerate(value)]
+            raise SnapshotError(f"{_where_text(where)}: expected a list")
+        return [_convert(inner, v, (where, i)) for i, v in enumerate(value)]
     if kind == "dict":
         if not isinstance(value, dict):
-            raise SnapshotError(f"{where}: expected an object")
-        return {str(k): _convert(inner, v, f"{where}.{k}") for k, v in value.items()}
+            raise SnapshotError(f"{_where_text(where)}: expected an object")
+        return {str(k): _convert(inner, v, (where, str(k))) for k, v in value.items()}
     if kind == "dataclass":
-        return from_json(inner, value, where)
+        return _from_json(inner, value, where)
     return _scalar(inner, value, where)
 
 
-def _scalar(hint: Any, value: object, where: str) -> Any:
+def _scalar(hint: Any, value: object, where: _Where) -> Any:
     if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if hint is int and isinstance(value, int) and not isinstance(value, bool):
@@ -278,4 +300,4 @@ def _scalar(hint: Any, value: object, where: str) -> Any:
         return value
     if hint is Any:
         return value
-    raise SnapshotError(f"{where}: expected {getattr(hint, '__name__', hint)}, got {type(value).__name__}")
+    raise SnapshotError(f"{_where_text(where)}: expected {getattr(hint, '__name__', hint)}, got {type(value).__name__}")
