@@ -36,6 +36,7 @@ from pytest_nvlink.model import (
     Node,
     P2PMeasurement,
 )
+from pytest_nvlink.placeholders import expand, placeholder_values
 from pytest_nvlink.snapshot import SnapshotError, load_snapshot, save_snapshot, snapshot_document
 
 LAUNCH_KIND = "pytest-nvlink-launch"
@@ -168,7 +169,7 @@ def tray_document(info: RankInfo, settings: Settings, backend: str) -> dict[str,
 def _tray_node(info: RankInfo, settings: Settings, backend: str) -> Node:
     replay = settings.tray_snapshot or os.environ.get(TRAY_SNAPSHOT_ENV)
     if replay:
-        path = Path(replay.replace("{host}", info.host))
+        path = Path(expand(replay, placeholder_values(info.host), "--tray-snapshot"))
         try:
             return load_snapshot(path)
         except SnapshotError as exc:
