@@ -157,6 +157,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if config.getoption("nvlink_suite", default=None) is None and config.getini("nvlink_suite") is None:
         return  # inert: nothing of pytest-nvlink is imported or registered
+    from pytest_nvlink.collector import keep_out_of_collections
     from pytest_nvlink.config import ConfigError
     from pytest_nvlink.plugin_outputs import check_output_templates, start_outputs
     from pytest_nvlink.run import build_run, read_options
@@ -172,6 +173,8 @@ def pytest_configure(config: pytest.Config) -> None:
         check_output_templates(config, setting)
         run = build_run(*_worker_source(config, options))
         config.stash[RUN_KEY] = run
+        # Cleanups run last-first: pytest's own end-of-run collection (registered after this) then skips the node.
+        config.add_cleanup(keep_out_of_collections())
         # Hooks that only a run needs are registered here, so the inert plugin adds no call per test.
         config.pluginmanager.register(_ShapeFilter(), "nvlink-shape-filter")
         config.pluginmanager.register(_JudgedCheck(), "nvlink-judged-check")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar, Union
 
 from pytest_nvlink import __version__
+from pytest_nvlink.collector import collector_paused
 from pytest_nvlink.model import Node
 from pytest_nvlink.textfile import MIB, UnreadableText, parse_problem, read_text_file
 from pytest_nvlink.values import value_problems
@@ -115,13 +116,14 @@ def load_snapshot_document(path: Path) -> tuple[Node, dict[str, Any]]:
         raise SnapshotError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except UnreadableText as exc:
         raise SnapshotError(f"{path}: {exc}") from None
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SnapshotError(f"{path}: line {exc.lineno}: not a readable JSON snapshot ({exc.msg})") from None
-    except (ValueError, RecursionError) as exc:
-        raise SnapshotError(f"{path}: not a readable JSON snapshot ({parse_problem(exc, text)})") from None
-    node = node_from_document(document, str(path))
+    with collector_paused():
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SnapshotError(f"{path}: line {exc.lineno}: not a readable JSON snapshot ({exc.msg})") from None
+        except (ValueError, RecursionError) as exc:
+            raise SnapshotError(f"{path}: not a readable JSON snapshot ({parse_problem(exc, text)})") from None
+        node = node_from_document(document, str(path))
     node.source = "replay"
     return node, {key: value for key, value in document.items() if key != "node"}
 
@@ -238,22 +240,36 @@ def _where_text(where: _Where) -> str:
 def _from_json(cls: Any, data: object, where: _Where) -> Any:
     if not isinstance(data, dict):
         raise SnapshotError(f"{_where_text(where)}: expected an object, got {type(data).__name__}")
-    hints, known = _fields_of(cls)
-    if not data.keys() <= known.keys():
-        raise SnapshotError(f"{_where_text(where)}.{sorted(set(data) - set(known))[0]}: unknown field")
+    known, plan = _plan_of(cls)
+    if not data.keys() <= known:
+        raise SnapshotError(f"{_where_text(where)}.{sorted(set(data) - known)[0]}: unknown field")
     kwargs: dict[str, Any] = {}
-    for name, spec in known.items():
+    for name, hint, plain, required in plan:
         if name in data:
-            kwargs[name] = _convert(hints[name], data[name], (where, name))
-        elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+            value = data[name]
+            # Most values are a str, int, float, bool or None exactly as declared: taken without a call.
+            kwargs[name] = value if type(value) in plain else _convert(hint, value, (where, name))
+        elif required:
             raise SnapshotError(f"{_where_text(where)}.{name}: required field missing")
     return cls(**kwargs)
 
 
+_FieldPlan = tuple[str, Any, frozenset[type], bool]  # name, type hint, types taken as they are, required
+
+
 @functools.cache
-def _fields_of(cls: type[Any]) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
-    """A dataclass's resolved type hints and fields; resolving them per record cost most of a large load."""
-    return typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls)}
+def _plan_of(cls: type[Any]) -> tuple[frozenset[str], tuple[_FieldPlan, ...]]:
+    """A dataclass's field names and, per field, how to read it; worked out once per class, not per record."""
+    hints = typing.get_type_hints(cls)
+    plan = []
+    for spec in dataclasses.fields(cls):
+        kind, inner, optional = _shape(hints[spec.name])
+        plain = {inner} if kind == "scalar" and inner in (str, int, float, bool) else set()
+        if optional:
+            plain.add(type(None))
+        required = spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING
+        plan.append((spec.name, hints[spec.name], frozenset(plain), required))
+    return frozenset(spec.name for spec in dataclasses.fields(cls)), tuple(plan)
 
 
 @functools.cache

@@ -8,8 +8,6 @@ stops (exit 2) rather than guess which node the file belonged to or count a node
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import math
 import os
@@ -18,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pytest_nvlink.collector import collector_paused
 from pytest_nvlink.report.json_results import RESULTS_KIND, load_schema
 from pytest_nvlink.textfile import UnreadableText, parse_problem, read_text_file
 
@@ -261,7 +260,7 @@ def read_fleet(
         read = _read_in_workers(files, keep, jobs)
     else:
         reader = reader or ResultsReader()
-        with _collector_paused():
+        with collector_paused():
             read = [_read_one(reader, path, keep) for path in files]
     kept: list[T] = []
     first_file: dict[str, Path] = {}
@@ -294,21 +293,8 @@ _WORKER_READER: list[ResultsReader] = []  # one reader (compiled validator) per 
 def _read_chunk(paths: list[Path], keep: Callable[[NodeFile], T]) -> list[tuple[str, Path, T]]:
     if not _WORKER_READER:
         _WORKER_READER.append(ResultsReader())
-    with _collector_paused():
+    with collector_paused():
         return [_read_one(_WORKER_READER[0], path, keep) for path in paths]
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Parsed JSON is a tree (no reference cycles), freed by reference counting as each file is done;
-    the cyclic collector's passes over each document's ~14,000 containers cost ~15 % of the merge."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _read_in_workers(files: list[Path], keep: Callable[[NodeFile], T], jobs: int) -> list[tuple[str, Path, T]]:
