@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from pytest_nvlink.config import Suite, Threshold, Thresholds, path_matches
 from pytest_nvlink.judges_errors import judge_error_counters
@@ -25,6 +26,8 @@ from pytest_nvlink.verdict import (
     waived,
 )
 
+T = TypeVar("T")
+
 
 @dataclass
 class Context:
@@ -33,6 +36,10 @@ class Context:
     thresholds: Thresholds
     # Why --nvlink-suite=auto found no suite for this node; the inventory gate fails with it.
     auto_mismatch: str | None = None
+    # Answers about one GPU or pair that every pair check asks again (a 72-GPU domain has 5,112 ordered
+    # pairs and six pair checks). The node's facts are final once its source is read; only measurements,
+    # which these answers do not read, are added later.
+    _memo: dict[tuple[str, int, int], object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def suite_where(self, key: str) -> str:
         return f"{self.suite.file.name}:{key}"
@@ -51,8 +58,27 @@ class Context:
                 return index
         return None
 
+    def remembered(self, key: tuple[str, int, int], work_out: Callable[[], T]) -> T:
+        """``work_out()`` the first time ``key`` is asked for, the same answer after that."""
+        try:
+            return self._memo[key]  # type: ignore[return-value]  # stored by this method for this key
+        except KeyError:
+            answer = self._memo[key] = work_out()
+            return answer
+
+    def nvlink_pair_usable(self, src: int, dst: int) -> bool:
+        """Both GPUs usable, on one host, and the suite expects NVLink between them: a pair check can run."""
+        return self.remembered(
+            ("usable", src, dst),
+            lambda: not self.suite.crosses_hosts(src, dst)
+            and self.first_unusable(src, dst) is None
+            and self.suite.pair_expects_nvlink(src, dst),
+        )
+
     def nvlink_pair_guard(self, src: int, dst: int, what: str) -> Verdict | None:
         """The verdict for a pair check that cannot or need not run: across hosts, a GPU missing, or a PCIe pair."""
+        if self.nvlink_pair_usable(src, dst):
+            return None
         if self.suite.crosses_hosts(src, dst):
             return self.cross_host_pair(src, dst)
         missing = self.first_unusable(src, dst)
@@ -148,6 +174,10 @@ class Context:
 
 def pair_properties(ctx: Context, src: int, dst: int) -> list[tuple[str, str]]:
     """Both ends of a pair by index and, where known, UUID and serial (stable across reboots)."""
+    return list(ctx.remembered(("pair_properties", src, dst), lambda: tuple(_pair_properties(ctx, src, dst))))
+
+
+def _pair_properties(ctx: Context, src: int, dst: int) -> list[tuple[str, str]]:
     props = [("gpu_src", str(src)), ("gpu_dst", str(dst))]
     for role, index in (("src", src), ("dst", dst)):
         gpu = ctx.node.gpu(index)

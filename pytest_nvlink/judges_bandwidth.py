@@ -69,6 +69,10 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
 
 def _link_capacity(ctx: Context, index: int) -> tuple[float, int] | None:
     """Per-direction GB/s the GPU's active NVLinks can carry and their count; None where not known."""
+    return ctx.remembered(("link_capacity", index, 0), lambda: _summed_links(ctx, index))
+
+
+def _summed_links(ctx: Context, index: int) -> tuple[float, int] | None:
     gpu = ctx.node.gpu(index)
     if gpu is None or gpu.nvlinks is None:
         return None

@@ -39,8 +39,16 @@ class RecordedMeasurements:
     def __init__(self, node: Node) -> None:
         self._node = node
         self._by_pair: dict[tuple[int, int, str], list[P2PMeasurement]] | None = None
+        # One answer per pair and kind: the bandwidth check and the proof of path ask for the same figure.
+        self._answers: dict[tuple[int, int, str], P2PMeasurement | None] = {}
 
     def p2p(self, src: int, dst: int, kind: str) -> P2PMeasurement | None:
+        key = (src, dst, kind)
+        if key not in self._answers:
+            self._answers[key] = self._worst_recorded(src, dst, kind)
+        return self._answers[key]
+
+    def _worst_recorded(self, src: int, dst: int, kind: str) -> P2PMeasurement | None:
         if self._by_pair is None:
             # Recorded figures do not change during the session; one pass instead of one scan per pair.
             self._by_pair = {}

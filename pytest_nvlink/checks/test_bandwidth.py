@@ -21,8 +21,7 @@ pytestmark = pytest.mark.nvlink("bandwidth")
 
 def _worth_measuring(context: Context, src: int, dst: int) -> bool:
     """Only usable GPUs on pairs the suite expects on NVLink; the verdict explains the others."""
-    usable = context.first_unusable(src, dst) is None and context.suite.pair_expects_nvlink(src, dst)
-    return usable and not context.suite.crosses_hosts(src, dst)  # no copy engine reaches another host
+    return context.nvlink_pair_usable(src, dst)  # no copy engine reaches another host
 
 
 def _judge_figure(context: Context, provider: MeasurementProvider, pairs: PairSet, kind: str) -> Verdict:
