@@ -8,6 +8,7 @@ kept importable from ``pytest_nvlink.report`` for the plugin and for callers of 
 
 from __future__ import annotations
 
+from pytest_nvlink.report.matrices import topology_matrix
 from pytest_nvlink.report.terminal import (
     FAMILY_CHECKS,
     check_table,
@@ -16,7 +17,6 @@ from pytest_nvlink.report.terminal import (
     header_lines,
     suite_properties,
     summary_lines,
-    topology_matrix,
 )
 
 __all__ = [

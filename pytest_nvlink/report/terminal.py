@@ -14,7 +14,6 @@ from typing import Any
 from tabulate import tabulate
 
 from pytest_nvlink.audit import AuditTally, no_verdict_line
-from pytest_nvlink.config import path_matches
 from pytest_nvlink.judges_bandwidth import pick_collective
 from pytest_nvlink.model import Node
 from pytest_nvlink.report.baseline import (
@@ -23,6 +22,7 @@ from pytest_nvlink.report.baseline import (
     baseline_suite_properties,
     baseline_summary_lines,
 )
+from pytest_nvlink.report.matrices import p2p_lines, topology_lines
 from pytest_nvlink.report.record import ItemLog, ItemResult, nccl_transport_line, source_text
 from pytest_nvlink.run import Run
 from pytest_nvlink.unknowns import recorded_unknowns
@@ -73,32 +73,6 @@ def suite_properties(run: Run) -> list[tuple[str, str]]:
     return props + baseline_suite_properties(run)
 
 
-def topology_matrix(run: Run) -> str:
-    """The pair matrix as ``nvidia-smi topo -m`` prints it; a cell that differs from the suite is ``!``-marked."""
-    node, suite = run.node, run.suite
-    count = max(suite.gpu_count, len(node.gpus))
-    header = [""] + [f"GPU{i}" for i in range(count)]
-    rows = []
-    for a in range(count):
-        row = [f"GPU{a}"]
-        for b in range(count):
-            row.append("X" if a == b else _cell(node, run, a, b))
-        rows.append(row)
-    return tabulate(rows, headers=header, tablefmt="plain", stralign="center")
-
-
-def _cell(node: Node, run: Run, a: int, b: int) -> str:
-    actual = node.path(a, b)
-    if actual is None and run.suite.crosses_hosts(a, b):
-        return "-"  # GPUs on different hosts of a rack: no NVML path class; send/recv judges the pair
-    if actual is None:
-        return "?"
-    if a >= run.suite.gpu_count or b >= run.suite.gpu_count:
-        return actual
-    expected = run.suite.expected_path(a, b)
-    return actual if path_matches(expected, actual) else f"{actual}!{expected}"
-
-
 def check_table(stats: Mapping[str, Sequence[Any]]) -> str:
     """One row per check function: passed/failed/skipped counts and the first failure's message."""
     return check_table_of(ItemLog().add_all(stats).results())
@@ -122,35 +96,6 @@ def check_table_of(items: Iterable[ItemResult]) -> str:
 def _short(message: str, limit: int = 110) -> str:
     line = next((ln.strip() for ln in message.splitlines() if ln.strip()), "")
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def p2p_matrix(run: Run, kind: str = "unidirectional") -> str:
-    """GB/s per ordered pair (row = source), as p2pBandwidthLatencyTest prints; below-floor cells are '!'-marked."""
-    figures = {(m.src, m.dst): m for m in run.node.measurements.p2p if m.kind == kind}
-    floor = run.thresholds.value(f"p2p.{kind}_min_gbps")
-    count = max(run.suite.gpu_count, len(run.node.gpus))
-    rows = []
-    for src in range(count):
-        row = [f"GPU{src}"]
-        for dst in range(count):
-            m = figures.get((src, dst))
-            if src == dst or m is None:
-                row.append("-" if src == dst else "")
-            elif m.value is None:
-                row.append("err")
-            else:
-                low = floor is not None and run.suite.pair_expects_nvlink(src, dst) and m.value < floor
-                row.append(f"{m.value:.1f}{'!' if low else ''}")
-        rows.append(row)
-    return tabulate(rows, headers=["src\\dst", *[f"GPU{i}" for i in range(count)]], tablefmt="plain")
-
-
-def worst_pair(run: Run, kind: str = "unidirectional") -> str | None:
-    measured = [m for m in run.node.measurements.p2p if m.kind == kind and m.value is not None]
-    if not measured:
-        return None
-    worst = min(measured, key=lambda m: m.value or 0.0)
-    return f"worst {kind} pair: GPU {worst.src} -> GPU {worst.dst} at {worst.value:.1f} GB/s"
 
 
 def collective_table(run: Run) -> str:
@@ -180,10 +125,7 @@ def measurement_lines(run: Run) -> list[str]:
     measurements = run.node.measurements
     lines: list[str] = []
     if any(m.kind == "unidirectional" for m in measurements.p2p):
-        lines.append("P2P unidirectional GB/s ('!' = below the SKU minimum):")
-        lines += p2p_matrix(run).splitlines()
-        worst = worst_pair(run)
-        lines += [worst, ""] if worst else [""]
+        lines += p2p_lines(run)
     if measurements.collectives:
         lines += [*collective_table(run).splitlines(), ""]
     transports = nccl_transport_line(run)
@@ -196,9 +138,7 @@ def summary_lines(run: Run, stats: Mapping[str, Sequence[Any]], tally: AuditTall
     items = ItemLog().add_all(stats).results()  # the results record's items, as the JSON and HTML read them
     lines: list[str] = []
     if run.node.gpus:
-        lines.append("topology (nvidia-smi topo -m layout; 'A!B' = measured A where the suite expects B):")
-        lines += topology_matrix(run).splitlines()
-        lines.append("")
+        lines += topology_lines(run)
     lines += measurement_lines(run)
     lines += check_table_of(items).splitlines()
     lines += error_counter_lines(run.node)
