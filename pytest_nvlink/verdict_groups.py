@@ -165,14 +165,24 @@ def _worst(results: list[tuple[Pair, Verdict]]) -> tuple[Pair, Verdict]:
     return pair, verdict
 
 
+def _figure(verdict: Verdict) -> tuple[str | None, str | None, str | None]:
+    """The verdict's (measured, expected, unit), where it states them."""
+    props = verdict.properties
+    # measured_properties() puts them first, in this order: most verdicts need no dict built.
+    if len(props) >= 3 and props[0][0] == "measured" and props[1][0] == "expected" and props[2][0] == "unit":
+        return props[0][1], props[1][1], props[2][1]
+    named = dict(props)
+    return named.get("measured"), named.get("expected"), named.get("unit")
+
+
 def _badness(verdict: Verdict) -> float | None:
     """Smaller is worse; None when the figure is not a number or the bound's direction is unknown."""
-    props = dict(verdict.properties)
+    measured, expected, _ = _figure(verdict)
     try:
-        value = float(props.get("measured", ""))
+        value = float(measured or "")
     except ValueError:
         return None
-    expected = props.get("expected", "")
+    expected = expected or ""
     if expected.startswith(">="):
         return value
     if expected.startswith("<="):
@@ -188,10 +198,9 @@ def pair_records(verdict: Verdict) -> list[dict[str, object]] | None:
 
 
 def _pair_record(pair: Pair, verdict: Verdict) -> dict[str, object]:
-    props = dict(verdict.properties)
     record: dict[str, object] = {"src": pair[0], "dst": pair[1], "outcome": verdict.outcome.value}
     record["message"] = verdict.message
-    for name in ("measured", "expected", "unit"):
-        if name in props:
-            record[name] = props[name]
+    for name, value in zip(("measured", "expected", "unit"), _figure(verdict), strict=True):
+        if value is not None:
+            record[name] = value
     return record
