@@ -120,8 +120,11 @@ def load_snapshot_document(path: Path) -> tuple[Node, dict[str, Any]]:
         raise SnapshotError(f"{path}: {exc}") from None
     with collector_paused():
         node, document = _read_document(text, str(path))
+        top = {key: value for key, value in document.items() if key != "node"}
+        # Freed while the collector rests: its next pass would otherwise walk the parsed tree's containers.
+        del document
     node.source = "replay"
-    return node, {key: value for key, value in document.items() if key != "node"}
+    return node, top
 
 
 def _read_document(text: str, origin: str) -> tuple[Node, dict[str, Any]]:
@@ -330,6 +333,21 @@ def _from_json(cls: Any, data: object, where: _Where, reading: _Reading) -> Any:
     return record
 
 
+def _records(cls: Any, items: list[Any], where: _Where, reading: _Reading) -> list[Any]:
+    """A list of records: those of a shape known to be plain built on the spot, the others the long way."""
+    shortcuts = _plan_of(cls).shortcuts
+    records = []
+    for at, data in enumerate(items):
+        if type(data) is dict:
+            shortcut = shortcuts.get((tuple(data), tuple(map(type, data.values()))))
+            record = None if shortcut is None else shortcut.build(cls, data, reading)
+            if record is not None:
+                records.append(record)
+                continue
+        records.append(_from_json(cls, data, (where, at), reading))
+    return records
+
+
 def _possible(value: object, positive: bool) -> bool:
     """Whether a field's value surely holds no impossible number; records inside were judged when built."""
     if value is None or isinstance(value, (str, bool)) or dataclasses.is_dataclass(value):
@@ -365,7 +383,10 @@ class _Shortcut:
             data = dict(data)  # its dicts are replaced by copies: a node shares nothing with the document
             for name, types_taken, positive, numeric in self.dicts:
                 value = data[name]
-                if not ({*map(type, value.values())} <= types_taken and {*map(type, value)} <= _STR):
+                if types_taken is _STR:  # keys and values: one look
+                    if not {*map(type, value), *map(type, value.values())} <= _STR:
+                        return None
+                elif not ({*map(type, value.values())} <= types_taken and {*map(type, value)} <= _STR):
                     return None
                 data[name] = dict(value)
                 if numeric and not reading.suspect:
@@ -413,7 +434,8 @@ class _ClassPlan:
             shape, inner, _ = _shape(hint)
             if kind is not dict or shape != "dict" or inner not in _SCALARS:
                 return None
-            dicts.append((name, frozenset({inner}), must_be_positive(name), inner in (int, float)))
+            taken = _STR if inner is str else frozenset({inner})
+            dicts.append((name, taken, must_be_positive(name), inner in (int, float)))
         complete = bool(self.order) and len(names) == len(self.order)  # names are known and distinct
         arguments = operator.itemgetter(*self.order) if complete else None
         return _Shortcut(tuple(dicts), _values_of(positive), _values_of(not_negative), arguments)
@@ -470,8 +492,8 @@ def _convert(hint: Any, value: object, where: _Where, reading: _Reading) -> Any:
     if kind == "list":
         if not isinstance(value, list):
             raise SnapshotError(f"{_where_text(where)}: expected a list")
-        if dataclasses.is_dataclass(inner):  # a list of records: each built straight away
-            return [_from_json(inner, v, (where, i), reading) for i, v in enumerate(value)]
+        if dataclasses.is_dataclass(inner):
+            return _records(inner, value, where, reading)
         return [_convert(inner, v, (where, i), reading) for i, v in enumerate(value)]
     if kind == "dict":
         if not isinstance(value, dict):
