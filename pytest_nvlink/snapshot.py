@@ -130,7 +130,7 @@ def load_snapshot_document(path: Path) -> tuple[Node, dict[str, Any]]:
 def _read_document(text: str, origin: str) -> tuple[Node, dict[str, Any]]:
     """The node and the document, read exactly as the standard library's decoder reads them.
 
-    orjson (the ``fleet`` extra) decodes a large snapshot ~3x faster, but refuses what the standard
+    orjson (the ``fleet`` extra) decodes a large snapshot ~2x faster, but refuses what the standard
     library takes (NaN, 1e400, lone surrogates) and turns integers beyond 64 bits into floats. So
     anything orjson refuses, any float outside the node and any snapshot error is decoded again by the
     standard library, whose reading (or message) stands; inside the node such a float could only sit
