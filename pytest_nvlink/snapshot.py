@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import operator
 import os
 import tempfile
 import types
 import typing
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar, Union
@@ -22,7 +24,7 @@ from pytest_nvlink import __version__
 from pytest_nvlink.collector import collector_paused
 from pytest_nvlink.model import Node
 from pytest_nvlink.textfile import MIB, UnreadableText, parse_problem, read_text_file
-from pytest_nvlink.values import value_problems
+from pytest_nvlink.values import holds_no_number, must_be_positive, surely_possible, value_problems
 
 # Schema 2 adds the run's environment (versions, suite, thresholds, outcome) and the conditions of
 # every measurement; schema-1 files are migrated on read (a handover snapshot must stay replayable).
@@ -117,15 +119,61 @@ def load_snapshot_document(path: Path) -> tuple[Node, dict[str, Any]]:
     except UnreadableText as exc:
         raise SnapshotError(f"{path}: {exc}") from None
     with collector_paused():
-        try:
-            document = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SnapshotError(f"{path}: line {exc.lineno}: not a readable JSON snapshot ({exc.msg})") from None
-        except (ValueError, RecursionError) as exc:
-            raise SnapshotError(f"{path}: not a readable JSON snapshot ({parse_problem(exc, text)})") from None
-        node = node_from_document(document, str(path))
+        node, document = _read_document(text, str(path))
+        top = {key: value for key, value in document.items() if key != "node"}
+        # Freed while the collector rests: its next pass would otherwise walk the parsed tree's containers.
+        del document
     node.source = "replay"
-    return node, {key: value for key, value in document.items() if key != "node"}
+    return node, top
+
+
+def _read_document(text: str, origin: str) -> tuple[Node, dict[str, Any]]:
+    """The node and the document, read exactly as the standard library's decoder reads them.
+
+    orjson (the ``fleet`` extra) decodes a large snapshot ~2x faster, but refuses what the standard
+    library takes (NaN, 1e400, lone surrogates) and turns integers beyond 64 bits into floats. So
+    anything orjson refuses, any float outside the node and any snapshot error is decoded again by the
+    standard library, whose reading (or message) stands; inside the node such a float could only sit
+    in a float field, where it is the value float() of the integer gives.
+    """
+    fast = _fast_decoder()
+    if fast is not None:
+        try:
+            document = fast(text)
+        except ValueError:  # orjson.JSONDecodeError
+            pass
+        else:
+            if isinstance(document, dict) and not any(
+                _holds_float(value) for key, value in document.items() if key != "node"
+            ):
+                try:
+                    return node_from_document(document, origin), document
+                except SnapshotError:
+                    pass
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SnapshotError(f"{origin}: line {exc.lineno}: not a readable JSON snapshot ({exc.msg})") from None
+    except (ValueError, RecursionError) as exc:
+        raise SnapshotError(f"{origin}: not a readable JSON snapshot ({parse_problem(exc, text)})") from None
+    return node_from_document(document, origin), document
+
+
+@functools.cache
+def _fast_decoder() -> Callable[[str], Any] | None:
+    try:
+        import orjson
+    except ImportError:
+        return None
+    return orjson.loads
+
+
+def _holds_float(value: object) -> bool:
+    if isinstance(value, dict):
+        return any(_holds_float(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_holds_float(item) for item in value)
+    return isinstance(value, float)
 
 
 def node_from_document(document: object, origin: str) -> Node:
@@ -138,10 +186,12 @@ def node_from_document(document: object, origin: str) -> Node:
             f"{origin}:schema_version: version {version!r} is not supported (this plugin reads {shown})"
         )
     document = migrate_document(document)
-    node = from_json(Node, document.get("node"), f"{origin}:node")
+    reading = _Reading()
+    node: Node = _from_json(Node, document.get("node"), f"{origin}:node", reading)
     _check_unique_entries(node, f"{origin}:node")
     _check_gpu_numbering(node, f"{origin}:node")
-    problems = value_problems(node, "node")
+    # Only a node with a number that might be impossible is walked: the walk orders and counts them.
+    problems = value_problems(node, "node") if reading.suspect else []
     if problems:
         path, problem = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -165,11 +215,13 @@ def _check_unique_entries(node: Node, where: str) -> None:
         _first_duplicate(f"{where}.gpus[{i}]", "nvlinks", links, "link", conflicting_only=False)
     paths = [(min(p.a, p.b), max(p.a, p.b), p.path) for p in node.paths or []]
     _first_duplicate(where, "paths", paths, "pair")
-    statuses = [
-        (s.src, s.dst, ", ".join(f"{cap}={s.get(cap)}" for cap in ("read", "write", "nvlink", "atomics")))
-        for s in node.p2p or []
-    ]
-    _first_duplicate(where, "p2p", statuses, "ordered pair")
+    pairs = [(s.src, s.dst) for s in node.p2p or []]
+    if len(set(pairs)) < len(pairs):  # the capabilities are spelled out only to tell two entries apart
+        statuses = [
+            (s.src, s.dst, ", ".join(f"{cap}={s.get(cap)}" for cap in ("read", "write", "nvlink", "atomics")))
+            for s in node.p2p or []
+        ]
+        _first_duplicate(where, "p2p", statuses, "ordered pair")
 
 
 def _check_gpu_numbering(node: Node, where: str) -> None:
@@ -218,7 +270,7 @@ def _first_duplicate(
 
 def from_json(cls: type[T], data: object, where: str) -> T:
     """Build dataclass ``cls`` from parsed JSON, checking every field's type."""
-    return _from_json(cls, data, where)  # type: ignore[no-any-return]
+    return _from_json(cls, data, where, _Reading())  # type: ignore[no-any-return]
 
 
 # Where a value sits, as (parent, field name or list index) links spelled out only for an error: a 72-GPU
@@ -237,39 +289,182 @@ def _where_text(where: _Where) -> str:
     return text
 
 
-def _from_json(cls: Any, data: object, where: _Where) -> Any:
+class _Reading:
+    """What one conversion noticed on its way: whether a number it read might be impossible.
+
+    Every number is looked at as its record is built; while none could break a value rule, the reader
+    skips the separate walk of the whole node, which finds, orders and counts the problems otherwise.
+    """
+
+    __slots__ = ("suspect",)
+
+    def __init__(self) -> None:
+        self.suspect = False
+
+
+def _from_json(cls: Any, data: object, where: _Where, reading: _Reading) -> Any:
     if not isinstance(data, dict):
         raise SnapshotError(f"{_where_text(where)}: expected an object, got {type(data).__name__}")
-    known, plan = _plan_of(cls)
-    if not data.keys() <= known:
-        raise SnapshotError(f"{_where_text(where)}.{sorted(set(data) - known)[0]}: unknown field")
+    plan = _plan_of(cls)
+    # Records of one kind mostly come with the same fields holding the same types: a shape seen before
+    # says at once whether every value can be taken as it is, as most of a large snapshot can.
+    shape = (tuple(data), tuple(map(type, data.values())))
+    try:
+        shortcut = plan.shortcuts[shape]
+    except KeyError:
+        shortcut = plan.learn(shape)
+    if shortcut is not None:
+        record = shortcut.build(cls, data, reading)
+        if record is not None:
+            return record
+    if not data.keys() <= plan.known:
+        raise SnapshotError(f"{_where_text(where)}.{sorted(set(data) - plan.known)[0]}: unknown field")
     kwargs: dict[str, Any] = {}
-    for name, hint, plain, required in plan:
+    for name, hint, plain, required in plan.fields:
         if name in data:
             value = data[name]
             # Most values are a str, int, float, bool or None exactly as declared: taken without a call.
-            kwargs[name] = value if type(value) in plain else _convert(hint, value, (where, name))
+            kwargs[name] = value if type(value) in plain else _convert(hint, value, (where, name), reading)
         elif required:
             raise SnapshotError(f"{_where_text(where)}.{name}: required field missing")
-    return cls(**kwargs)
+    record = cls(**kwargs)
+    if not reading.suspect and not all(_possible(kwargs.get(name), positive) for name, positive in plan.numbers):
+        reading.suspect = True
+    return record
+
+
+def _records(cls: Any, items: list[Any], where: _Where, reading: _Reading) -> list[Any]:
+    """A list of records: those of a shape known to be plain built on the spot, the others the long way."""
+    shortcuts = _plan_of(cls).shortcuts
+    records = []
+    for at, data in enumerate(items):
+        if type(data) is dict:
+            shortcut = shortcuts.get((tuple(data), tuple(map(type, data.values()))))
+            record = None if shortcut is None else shortcut.build(cls, data, reading)
+            if record is not None:
+                records.append(record)
+                continue
+        records.append(_from_json(cls, data, (where, at), reading))
+    return records
+
+
+def _possible(value: object, positive: bool) -> bool:
+    """Whether a field's value surely holds no impossible number; records inside were judged when built."""
+    if value is None or isinstance(value, (str, bool)) or dataclasses.is_dataclass(value):
+        return True
+    if isinstance(value, (int, float)):
+        return surely_possible((value,)) if positive else surely_possible((), (value,))
+    if isinstance(value, list):
+        return all(_possible(item, positive) for item in value)
+    if isinstance(value, dict):
+        return all(_possible(item, positive) for item in value.values())
+    return False  # anything else (an Any field): the walk judges it
 
 
 _FieldPlan = tuple[str, Any, frozenset[type], bool]  # name, type hint, types taken as they are, required
+_SHAPES_KEPT = 64  # per class; a file of ever new shapes still reads, only without shortcuts
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shortcut:
+    """How to build a record of one shape whose values are all taken as they are."""
+
+    # (name, value types taken as they are, must be positive, holds numbers) of each dict field
+    dicts: tuple[tuple[str, frozenset[type], bool, bool], ...]
+    positive: Callable[[dict[str, Any]], tuple[Any, ...]]  # the record's numbers that must be > 0
+    not_negative: Callable[[dict[str, Any]], tuple[Any, ...]]  # and those that must not be negative
+    # A record with every field: its values in the class's order, passed by position (parsing a dozen
+    # keyword arguments costs more than everything else done for the record). None: by keyword.
+    arguments: Callable[[dict[str, Any]], tuple[Any, ...]] | None
+
+    def build(self, cls: Any, data: dict[str, Any], reading: _Reading) -> Any:
+        """The record, or None when a dict field holds other than plain values (the long way tells why)."""
+        if self.dicts:
+            data = dict(data)  # its dicts are replaced by copies: a node shares nothing with the document
+            for name, types_taken, positive, numeric in self.dicts:
+                value = data[name]
+                if types_taken is _STR:  # keys and values: one look
+                    if not {*map(type, value), *map(type, value.values())} <= _STR:
+                        return None
+                elif not ({*map(type, value.values())} <= types_taken and {*map(type, value)} <= _STR):
+                    return None
+                data[name] = dict(value)
+                if numeric and not reading.suspect:
+                    numbers = tuple(value.values())
+                    reading.suspect = not (surely_possible(numbers) if positive else surely_possible((), numbers))
+        if not reading.suspect:
+            reading.suspect = not surely_possible(self.positive(data), self.not_negative(data))
+        return cls(**data) if self.arguments is None else cls(*self.arguments(data))
+
+
+_STR = frozenset({str})
+_SCALARS = (str, int, float, bool)
+
+
+@dataclasses.dataclass
+class _ClassPlan:
+    """A dataclass's field names and, per field, how to read it; worked out once per class, not per record."""
+
+    known: frozenset[str]
+    required: frozenset[str]
+    fields: tuple[_FieldPlan, ...]
+    numbers: tuple[tuple[str, bool], ...]  # fields that can hold numbers outside records, must be positive
+    order: tuple[str, ...]  # the field names in the class's order, when __init__ takes every one of them
+    shortcuts: dict[tuple[tuple[str, ...], tuple[type, ...]], _Shortcut | None]
+
+    def learn(self, shape: tuple[tuple[str, ...], tuple[type, ...]]) -> _Shortcut | None:
+        shortcut = self._shortcut(*shape)
+        if len(self.shortcuts) < _SHAPES_KEPT:
+            self.shortcuts[shape] = shortcut
+        return shortcut
+
+    def _shortcut(self, names: tuple[str, ...], kinds: tuple[type, ...]) -> _Shortcut | None:
+        if not set(names) <= self.known or not self.required <= set(names):
+            return None  # the long way names the field
+        hints = {name: (hint, plain) for name, hint, plain, _ in self.fields}
+        dicts: list[tuple[str, frozenset[type], bool, bool]] = []
+        positive: list[str] = []
+        not_negative: list[str] = []
+        for name, kind in zip(names, kinds, strict=True):
+            hint, plain = hints[name]
+            if kind in plain:
+                if kind is int or kind is float:
+                    (positive if must_be_positive(name) else not_negative).append(name)
+                continue
+            shape, inner, _ = _shape(hint)
+            if kind is not dict or shape != "dict" or inner not in _SCALARS:
+                return None
+            taken = _STR if inner is str else frozenset({inner})
+            dicts.append((name, taken, must_be_positive(name), inner in (int, float)))
+        complete = bool(self.order) and len(names) == len(self.order)  # names are known and distinct
+        arguments = operator.itemgetter(*self.order) if complete else None
+        return _Shortcut(tuple(dicts), _values_of(positive), _values_of(not_negative), arguments)
+
+
+def _values_of(names: list[str]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    if len(names) > 1:
+        return operator.itemgetter(*names)
+    return (lambda data: (data[names[0]],)) if names else (lambda data: ())
 
 
 @functools.cache
-def _plan_of(cls: type[Any]) -> tuple[frozenset[str], tuple[_FieldPlan, ...]]:
-    """A dataclass's field names and, per field, how to read it; worked out once per class, not per record."""
+def _plan_of(cls: type[Any]) -> _ClassPlan:
     hints = typing.get_type_hints(cls)
-    plan = []
+    fields, numbers, required = [], [], set()
     for spec in dataclasses.fields(cls):
         kind, inner, optional = _shape(hints[spec.name])
-        plain = {inner} if kind == "scalar" and inner in (str, int, float, bool) else set()
+        plain = {inner} if kind == "scalar" and inner in _SCALARS else set()
         if optional:
             plain.add(type(None))
-        required = spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING
-        plan.append((spec.name, hints[spec.name], frozenset(plain), required))
-    return frozenset(spec.name for spec in dataclasses.fields(cls)), tuple(plan)
+        if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+            required.add(spec.name)
+        fields.append((spec.name, hints[spec.name], frozenset(plain), spec.name in required))
+        if not (dataclasses.is_dataclass(inner) or holds_no_number(hints[spec.name])):
+            numbers.append((spec.name, must_be_positive(spec.name)))
+    known = frozenset(spec.name for spec in dataclasses.fields(cls))
+    # Passing values by position needs an __init__ taking every field in order (no field left out of it).
+    order = tuple(spec.name for spec in dataclasses.fields(cls)) if all(s.init for s in dataclasses.fields(cls)) else ()
+    return _ClassPlan(known, frozenset(required), tuple(fields), tuple(numbers), order, {})
 
 
 @functools.cache
@@ -288,7 +483,7 @@ def _shape(hint: Any) -> tuple[str, Any, bool]:
     return ("dataclass" if dataclasses.is_dataclass(hint) else "scalar"), hint, False
 
 
-def _convert(hint: Any, value: object, where: _Where) -> Any:
+def _convert(hint: Any, value: object, where: _Where, reading: _Reading) -> Any:
     kind, inner, optional = _shape(hint)
     if kind == "scalar" and type(value) is inner:
         return value  # most values: a str, int, float or bool of exactly the declared type
@@ -297,13 +492,15 @@ def _convert(hint: Any, value: object, where: _Where) -> Any:
     if kind == "list":
         if not isinstance(value, list):
             raise SnapshotError(f"{_where_text(where)}: expected a list")
-        return [_convert(inner, v, (where, i)) for i, v in enumerate(value)]
+        if dataclasses.is_dataclass(inner):
+            return _records(inner, value, where, reading)
+        return [_convert(inner, v, (where, i), reading) for i, v in enumerate(value)]
     if kind == "dict":
         if not isinstance(value, dict):
             raise SnapshotError(f"{_where_text(where)}: expected an object")
-        return {str(k): _convert(inner, v, (where, str(k))) for k, v in value.items()}
+        return {str(k): _convert(inner, v, (where, str(k)), reading) for k, v in value.items()}
     if kind == "dataclass":
-        return _from_json(inner, value, where)
+        return _from_json(inner, value, where, reading)
     return _scalar(inner, value, where)
 
 

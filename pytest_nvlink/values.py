@@ -83,6 +83,26 @@ def _walk(obj: object, path: Any, name: str, found: list[tuple[Any, str]], *, st
             _walk(item, (path, field_name), field_name, found, strict=strict, failed=failed)
 
 
+def must_be_positive(name: str) -> bool:
+    """Whether numbers of field ``name`` must be greater than 0 (a rate, a duration, a size, a generation)."""
+    return name in _POSITIVE
+
+
+def surely_possible(positive: tuple[float, ...], not_negative: tuple[float, ...] = ()) -> bool:
+    """True when no number (ints and floats, no bools) can break a rule of :func:`value_problems`.
+
+    A quick answer for a whole record at once, its numbers grouped by field (see :func:`must_be_positive`):
+    finite, and greater than 0 or not negative, breaks no rule under any failed measurement. False only
+    means "walk it and see".
+    """
+    try:
+        # NaN or infinity anywhere leaves the sum not finite (min() can miss a NaN); so does an overflow.
+        total = sum(positive) + sum(not_negative)
+    except OverflowError:  # an int beyond any float beside floats: let the walk judge it
+        return False
+    return total - total == 0 and (not positive or min(positive) > 0) and (not not_negative or min(not_negative) >= 0)
+
+
 def _path_text(path: Any) -> str:
     parts: list[str | int] = []
     while isinstance(path, tuple):
@@ -98,18 +118,18 @@ def _path_text(path: Any) -> str:
 def _fields_with_numbers(cls: type[Any]) -> tuple[str, ...]:
     """The fields whose declared type can hold a number, in order; text and flags need no walk."""
     hints = typing.get_type_hints(cls)
-    return tuple(spec.name for spec in dataclasses.fields(cls) if not _holds_no_number(hints[spec.name]))
+    return tuple(spec.name for spec in dataclasses.fields(cls) if not holds_no_number(hints[spec.name]))
 
 
-def _holds_no_number(hint: Any) -> bool:
+def holds_no_number(hint: Any) -> bool:
     if hint in (str, bool, type(None)):
         return True
     arguments = typing.get_args(hint)
     origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType, list):
-        return all(_holds_no_number(argument) for argument in arguments)
+        return all(holds_no_number(argument) for argument in arguments)
     if origin is dict:
-        return _holds_no_number(arguments[1])  # keys become the path, only values are judged
+        return holds_no_number(arguments[1])  # keys become the path, only values are judged
     return False  # numbers, dataclasses, Any, anything else: walked
 
 
