@@ -70,9 +70,11 @@ class Context:
         """Both GPUs usable, on one host, and the suite expects NVLink between them: a pair check can run."""
         return self.remembered(
             ("usable", src, dst),
-            lambda: not self.suite.crosses_hosts(src, dst)
-            and self.first_unusable(src, dst) is None
-            and self.suite.pair_expects_nvlink(src, dst),
+            lambda: (
+                not self.suite.crosses_hosts(src, dst)
+                and self.first_unusable(src, dst) is None
+                and self.suite.pair_expects_nvlink(src, dst)
+            ),
         )
 
     def nvlink_pair_guard(self, src: int, dst: int, what: str) -> Verdict | None:
