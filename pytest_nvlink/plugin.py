@@ -492,14 +492,12 @@ class _JudgedCheck:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
         report = yield
-        if report.when == "call" and item.stash.get(PAIRS_KEY, None) is not None:
-            report.nvlink_pairs = item.stash[PAIRS_KEY]  # a plain attribute travels with the report under xdist
-        if (
-            report.when == "call"
-            and report.passed
-            and item.get_closest_marker("nvlink") is not None
-            and not item.stash.get(JUDGED_KEY, False)
-        ):
+        if report.when != "call":
+            return report
+        pairs = item.stash.get(PAIRS_KEY, None)
+        if pairs is not None:
+            report.nvlink_pairs = pairs  # a plain attribute travels with the report under xdist
+        if report.passed and item.get_closest_marker("nvlink") is not None and not item.stash.get(JUDGED_KEY, False):
             report.outcome = "failed"
             report.longrepr = (
                 f"{item.name} is marked nvlink but never called nvlink_judge(verdict), so it judged nothing and "
