@@ -441,17 +441,18 @@ def nvlink_collective() -> str:
     not_parametrized("nvlink_collective")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def nvlink_judge(nvlink_run: Run) -> Callable[[Verdict], None]:
     """Apply a Verdict: record its properties for JUnit, then pass, fail, or skip when it does not apply."""
 
     from pytest_nvlink.verdict import missing_report_properties
 
-    # The item is taken from the run's own setup hook: through ``request`` pytest would build two fixture
-    # definitions per item for this fixture alone.
-    item = _session().config.stash[CURRENT_ITEM_KEY]
+    stash = _session().config.stash
 
     def judge(verdict: Verdict) -> None:
+        # The item under test, from the run's own setup hook: one judge serves every item, where one per item
+        # (with ``request``) cost each a fixture set-up, two request definitions and a teardown.
+        item = stash[CURRENT_ITEM_KEY]
         item.stash[JUDGED_KEY] = True
         _record(item, nvlink_run, verdict)
         # The enum is taken from the verdict itself: pytester's in-process runs re-import our modules.
