@@ -498,7 +498,8 @@ class _JudgedCheck:
         pairs = item.stash.get(PAIRS_KEY, None)
         if pairs is not None:
             report.nvlink_pairs = pairs  # a plain attribute travels with the report under xdist
-        if report.passed and item.get_closest_marker("nvlink") is not None and not item.stash.get(JUDGED_KEY, False):
+        # The marker walk up the collection tree is left for last: nearly every item has judged.
+        if report.passed and not item.stash.get(JUDGED_KEY, False) and item.get_closest_marker("nvlink") is not None:
             report.outcome = "failed"
             report.longrepr = (
                 f"{item.name} is marked nvlink but never called nvlink_judge(verdict), so it judged nothing and "
