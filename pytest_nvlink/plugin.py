@@ -27,7 +27,7 @@ RUN_KEY = pytest.StashKey["Run"]()
 HANDED_OVER_KEY = pytest.StashKey[bool]()
 JUDGED_KEY = pytest.StashKey[bool]()  # on an item: nvlink_judge was called
 PAIRS_KEY = pytest.StashKey["list[dict[str, object]] | None"]()  # on an item: its per-pair verdicts
-CURRENT_ITEM_KEY = pytest.StashKey[pytest.Item]()  # on the config: the item being set up, for nvlink_judge
+CURRENT_ITEM_KEY = pytest.StashKey[pytest.Item]()  # on the config: the item under test, for nvlink_judge
 # Check areas whose items make the live provider run a measurement campaign.
 _CAMPAIGN_OF_AREA = {"bandwidth": "p2p", "collectives": "collectives"}
 
@@ -488,7 +488,7 @@ class _JudgedCheck:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        item.config.stash[CURRENT_ITEM_KEY] = item  # the item nvlink_judge is set up for
+        item.config.stash[CURRENT_ITEM_KEY] = item  # the item under test: nvlink_judge records onto it
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
