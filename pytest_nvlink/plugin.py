@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
@@ -27,6 +27,7 @@ RUN_KEY = pytest.StashKey["Run"]()
 HANDED_OVER_KEY = pytest.StashKey[bool]()
 JUDGED_KEY = pytest.StashKey[bool]()  # on an item: nvlink_judge was called
 PAIRS_KEY = pytest.StashKey["list[dict[str, object]] | None"]()  # on an item: its per-pair verdicts
+CURRENT_ITEM_KEY = pytest.StashKey[pytest.Item]()  # on the config: the item under test, for nvlink_judge
 # Check areas whose items make the live provider run a measurement campaign.
 _CAMPAIGN_OF_AREA = {"bandwidth": "p2p", "collectives": "collectives"}
 
@@ -343,13 +344,45 @@ def _is_gate(item: pytest.Item) -> bool:
 # --- fixtures ---------------------------------------------------------------------------------
 
 
+# The sessions running in this process, innermost last (pytester runs one inside another). The session
+# fixtures read their config here: pytest resolves a cached fixture's arguments again for every item, and
+# builds ``request`` (under ``pytestconfig`` too) anew each time, a cost per item that these do not pay.
+_SESSIONS: list[pytest.Session] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _SESSIONS.append(session)
+    session.config.add_cleanup(lambda: _SESSIONS.remove(session))
+
+
+def _session() -> pytest.Session:
+    if not _SESSIONS:
+        pytest.fail("pytest-nvlink fixtures are used outside a pytest session", pytrace=False)
+    return _SESSIONS[-1]
+
+
+NEED_SUITE = "pytest-nvlink fixtures need --nvlink-suite=NAME|PATH|auto"
+
+
 @pytest.fixture(scope="session")
-def nvlink_run(pytestconfig: pytest.Config) -> Run:
+def nvlink_run() -> Run:
     """The acceptance run: options, probed node, suite and resolved thresholds."""
-    run = _run(pytestconfig)
+    run = _run(_session().config)
     if run is None:
-        pytest.fail("pytest-nvlink fixtures need --nvlink-suite=NAME|PATH|auto", pytrace=False)
+        pytest.fail(NEED_SUITE, pytrace=False)
     return run
+
+
+def not_parametrized(name: str) -> NoReturn:
+    """The body of a fixture a run parametrizes directly (_parametrize), reached only when it did not.
+
+    Direct parametrization replaces the fixture's function, so the function asks for no ``request``
+    (which would stay in every item's closure, built anew per item) and never reads ``request.param``.
+    """
+    if _run(_session().config) is None:
+        pytest.fail(NEED_SUITE, pytrace=False)
+    pytest.fail(f"{name} takes its values from the suite only as an argument of a test function", pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -365,15 +398,14 @@ def nvlink_context(nvlink_run: Run) -> Context:
 
 
 @pytest.fixture(scope="session")
-def nvlink_measurements(
-    nvlink_run: Run, pytestconfig: pytest.Config, request: pytest.FixtureRequest
-) -> MeasurementProvider:
+def nvlink_measurements(nvlink_run: Run) -> MeasurementProvider:
     """P2P and collective figures: measured on first use (live, once per session) or read from the source."""
     from pytest_nvlink.provider import RecordedMeasurements
 
-    if nvlink_run.node.source != "live" or pytestconfig.stash.get(HANDED_OVER_KEY, False):
+    session = _session()
+    if nvlink_run.node.source != "live" or session.config.stash.get(HANDED_OVER_KEY, False):
         return RecordedMeasurements(nvlink_run.node)
-    return _live_provider(pytestconfig, nvlink_run, request.session.items)
+    return _live_provider(session.config, nvlink_run, session.items)
 
 
 def _live_provider(config: pytest.Config, run: Run, items: list[pytest.Item] | None = None) -> LiveMeasurements:
@@ -398,26 +430,31 @@ def _live_provider(config: pytest.Config, run: Run, items: list[pytest.Item] | N
 
 
 @pytest.fixture
-def nvlink_gpu_index(request: pytest.FixtureRequest) -> int:
+def nvlink_gpu_index() -> int:
     """Index (NVML/nvidia-smi order) of the GPU under test; parametrized over the suite's GPU count."""
-    return int(request.param)
+    not_parametrized("nvlink_gpu_index")
 
 
 @pytest.fixture
-def nvlink_collective(request: pytest.FixtureRequest) -> str:
+def nvlink_collective() -> str:
     """A collective name from the suite's ``measure.collectives``."""
-    return str(request.param)
+    not_parametrized("nvlink_collective")
 
 
-@pytest.fixture
-def nvlink_judge(request: pytest.FixtureRequest, nvlink_run: Run) -> Callable[[Verdict], None]:
+@pytest.fixture(scope="session")
+def nvlink_judge(nvlink_run: Run) -> Callable[[Verdict], None]:
     """Apply a Verdict: record its properties for JUnit, then pass, fail, or skip when it does not apply."""
 
     from pytest_nvlink.verdict import missing_report_properties
 
+    stash = _session().config.stash
+
     def judge(verdict: Verdict) -> None:
-        request.node.stash[JUDGED_KEY] = True
-        _record(request.node, nvlink_run, verdict)
+        # The item under test, from the run's own setup hook: one judge serves every item, where one per item
+        # (with ``request``) cost each a fixture set-up, two request definitions and a teardown.
+        item = stash[CURRENT_ITEM_KEY]
+        item.stash[JUDGED_KEY] = True
+        _record(item, nvlink_run, verdict)
         # The enum is taken from the verdict itself: pytester's in-process runs re-import our modules.
         outcome = type(verdict.outcome)
         if verdict.outcome is outcome.NOT_APPLICABLE:
@@ -449,17 +486,20 @@ def _record(item: pytest.Item, run: Run, verdict: Verdict) -> None:
 class _JudgedCheck:
     """A check that never hands its verdict over would pass every node: fail it instead."""
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        item.config.stash[CURRENT_ITEM_KEY] = item  # the item under test: nvlink_judge records onto it
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
         report = yield
-        if report.when == "call" and item.stash.get(PAIRS_KEY, None) is not None:
-            report.nvlink_pairs = item.stash[PAIRS_KEY]  # a plain attribute travels with the report under xdist
-        if (
-            report.when == "call"
-            and report.passed
-            and item.get_closest_marker("nvlink") is not None
-            and not item.stash.get(JUDGED_KEY, False)
-        ):
+        if report.when != "call":
+            return report
+        pairs = item.stash.get(PAIRS_KEY, None)
+        if pairs is not None:
+            report.nvlink_pairs = pairs  # a plain attribute travels with the report under xdist
+        # The marker walk up the collection tree is left for last: nearly every item has judged.
+        if report.passed and not item.stash.get(JUDGED_KEY, False) and item.get_closest_marker("nvlink") is not None:
             report.outcome = "failed"
             report.longrepr = (
                 f"{item.name} is marked nvlink but never called nvlink_judge(verdict), so it judged nothing and "

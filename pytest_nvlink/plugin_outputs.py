@@ -69,6 +69,8 @@ class _AuditRecorder:
         self.log = log
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":  # neither reads a teardown: one call fewer each per item
+            return
         self.tally.add(report)
         self.log.add(report)
 
@@ -135,7 +137,9 @@ class SessionOutputs:
             from pytest_nvlink.report import summary_lines
 
             terminalreporter.section("pytest-nvlink summary")
-            for line in summary_lines(self.run, terminalreporter.stats, config.stash.get(TALLY_KEY, None)):
+            log = config.stash.get(ITEM_LOG_KEY, None)
+            items = log.results() if log is not None else None  # the record as fed, not rebuilt from the stats
+            for line in summary_lines(self.run, terminalreporter.stats, config.stash.get(TALLY_KEY, None), items):
                 terminalreporter.write_line(line)
         except Exception as exc:
             terminalreporter.write_line(f"pytest-nvlink: summary could not be rendered ({exc!r})")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_nvlink.model import pair_id
+from pytest_nvlink.plugin import not_parametrized
 from pytest_nvlink.verdict_groups import Pair, PairSet
 
 if TYPE_CHECKING:
@@ -71,28 +72,24 @@ def _pair_params(suite: Suite) -> dict[str, tuple[list[Any], list[str]]]:
 
 
 @pytest.fixture
-def nvlink_pairs(request: pytest.FixtureRequest) -> PairSet:
+def nvlink_pairs() -> PairSet:
     """Unordered GPU pairs (a < b) one item judges: one pair, or every pair of a source GPU with a higher peer."""
-    value: PairSet = request.param
-    return value
+    not_parametrized("nvlink_pairs")
 
 
 @pytest.fixture
-def nvlink_ordered_pairs(request: pytest.FixtureRequest) -> PairSet:
+def nvlink_ordered_pairs() -> PairSet:
     """Ordered GPU pairs one item judges: one (src, dst), or every pair from one source GPU."""
-    value: PairSet = request.param
-    return value
+    not_parametrized("nvlink_ordered_pairs")
 
 
 @pytest.fixture
-def nvlink_pair(request: pytest.FixtureRequest) -> tuple[int, int]:
+def nvlink_pair() -> tuple[int, int]:
     """An unordered GPU pair (a < b); parametrized over every pair of the suite's GPUs."""
-    a, b = request.param
-    return int(a), int(b)
+    not_parametrized("nvlink_pair")
 
 
 @pytest.fixture
-def nvlink_ordered_pair(request: pytest.FixtureRequest) -> tuple[int, int]:
+def nvlink_ordered_pair() -> tuple[int, int]:
     """An ordered GPU pair (src, dst); parametrized over every ordered pair of the suite's GPUs."""
-    src, dst = request.param
-    return int(src), int(dst)
+    not_parametrized("nvlink_ordered_pair")

@@ -8,6 +8,7 @@ import pytest
 
 from pytest_nvlink import judges_rack
 from pytest_nvlink.judges import Context
+from pytest_nvlink.plugin import not_parametrized
 from pytest_nvlink.verdict import Verdict
 
 pytestmark = pytest.mark.nvlink("rack")
@@ -30,6 +31,6 @@ def test_rack_sendrecv(nvlink_context: Context, nvlink_tray: int, nvlink_judge: 
 
 
 @pytest.fixture
-def nvlink_tray(request: pytest.FixtureRequest) -> int:
+def nvlink_tray() -> int:
     """A tray slot of the rack (GPUs ``t * gpus_per_host`` onward); parametrized over the suite's trays."""
-    return int(request.param)
+    not_parametrized("nvlink_tray")

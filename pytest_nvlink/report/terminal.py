@@ -134,8 +134,11 @@ def measurement_lines(run: Run) -> list[str]:
     return lines
 
 
-def summary_lines(run: Run, stats: Mapping[str, Sequence[Any]], tally: AuditTally | None = None) -> list[str]:
-    items = ItemLog().add_all(stats).results()  # the results record's items, as the JSON and HTML read them
+def summary_lines(
+    run: Run, stats: Mapping[str, Sequence[Any]], tally: AuditTally | None = None, items: list[ItemResult] | None = None
+) -> list[str]:
+    if items is None:  # the results record's items, as the JSON and HTML read them
+        items = ItemLog().add_all(stats).results()
     lines: list[str] = []
     if run.node.gpus:
         lines += topology_lines(run)
