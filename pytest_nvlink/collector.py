@@ -27,7 +27,8 @@ def keep_out_of_collections() -> Callable[[], None]:
     """Move every object alive now out of the collector's reach; the returned call puts them back.
 
     A run holds its node (a 72-GPU snapshot is ~400,000 objects) for the whole session, and every full
-    collection would walk all of it again; frozen, they are left alone until the run ends.
+    collection would walk all of it again; frozen, they are left alone until the run ends. Called again,
+    it adds what is alive then; any one returned call puts everything back.
     """
     gc.freeze()
     return gc.unfreeze

@@ -16,6 +16,7 @@ from pytest_nvlink.config import Suite, Threshold, Thresholds, path_matches
 from pytest_nvlink.judges_errors import judge_error_counters
 from pytest_nvlink.model import Gpu, Node, NvLinkInfo, is_known_path_class, nvlink_count_of_path
 from pytest_nvlink.verdict import (
+    PassedLater,
     Verdict,
     failed,
     measured_properties,
@@ -491,17 +492,20 @@ def pair_path(ctx: Context, a: int, b: int) -> Verdict:
     expected = ctx.suite.expected_path(a, b)
     key = ctx.path_key(a, b)
     actual = ctx.node.path(a, b)
-    props = measured_properties(actual, expected, "path class", suite=ctx.suite_at(key)) + pair_properties(ctx, a, b)
+
+    def path_props() -> list[tuple[str, str]]:
+        return measured_properties(actual, expected, "path class", suite=ctx.suite_at(key)) + pair_properties(ctx, a, b)
+
     if actual is None:
         return unknown(
             ctx.node.source,
             f"the path between GPU {a} and GPU {b}",
             ctx.node.unknown_reason(f"pair{a}-{b}.path", ctx.node.unknown_reason("paths", "topology not reported")),
-            props,
+            path_props(),
         )
     if path_matches(expected, actual):
-        return passed(f"GPU {a} <-> GPU {b}: {actual}", props)
-    return failed(_path_message(ctx, (a, b), actual, expected, key), props)
+        return PassedLater(lambda: (f"GPU {a} <-> GPU {b}: {actual}", path_props()))
+    return failed(_path_message(ctx, (a, b), actual, expected, key), path_props())
 
 
 def _path_message(ctx: Context, pair: tuple[int, int], actual: str, expected: str, key: str) -> str:
@@ -564,18 +568,10 @@ def p2p_status(ctx: Context, src: int, dst: int) -> Verdict:
         return guard
     status = ctx.node.p2p_status(src, dst)
     # Read/write access alone holds for P2P over PCIe too: an NVLink pair needs the NVLink capability stated.
-    all_ok = status is not None and status.read == status.write == status.nvlink == "ok"
-    shown = {cap: (status.get(cap) if status else None) for cap in _P2P_CAPS_ON_NVLINK} if not all_ok else {}
-    props = [
-        ("measured", _ALL_OK if all_ok else ",".join(f"{k}={v}" for k, v in shown.items())),
-        ("expected", "read,write,nvlink=ok"),
-        ("unit", "P2P status"),
-        # P2P is required because the suite expects NVLink between these GPUs.
-        *suite_key_properties(*ctx.suite_at(ctx.path_key(src, dst))),
-        *pair_properties(ctx, src, dst),
-    ]
-    if all_ok:  # most pairs of a healthy domain
-        return passed(f"GPU {src} -> GPU {dst}: P2P {_CAPS_SHOWN} ok", props)
+    if status is not None and status.read == status.write == status.nvlink == "ok":  # most pairs of a healthy domain
+        return PassedLater(lambda: _p2p_all_ok(ctx, src, dst))
+    shown = {cap: (status.get(cap) if status else None) for cap in _P2P_CAPS_ON_NVLINK}
+    props = _p2p_props(ctx, src, dst, ",".join(f"{k}={v}" for k, v in shown.items()))
     # A capability stated unusable fails the pair even when another one was not stated.
     bad = {cap: str(value) for cap, value in shown.items() if value not in (None, "ok")}
     if not bad and any(v is None for v in shown.values()):
@@ -594,6 +590,21 @@ def p2p_status(ctx: Context, src: int, dst: int) -> Verdict:
         f"{_p2p_cause(ctx.node, bad)}",
         props,
     )
+
+
+def _p2p_all_ok(ctx: Context, src: int, dst: int) -> tuple[str, list[tuple[str, str]]]:
+    return f"GPU {src} -> GPU {dst}: P2P {_CAPS_SHOWN} ok", _p2p_props(ctx, src, dst, _ALL_OK)
+
+
+def _p2p_props(ctx: Context, src: int, dst: int, measured: str) -> list[tuple[str, str]]:
+    return [
+        ("measured", measured),
+        ("expected", "read,write,nvlink=ok"),
+        ("unit", "P2P status"),
+        # P2P is required because the suite expects NVLink between these GPUs.
+        *suite_key_properties(*ctx.suite_at(ctx.path_key(src, dst))),
+        *pair_properties(ctx, src, dst),
+    ]
 
 
 def _p2p_cause(node: Node, bad: dict[str, str]) -> str:

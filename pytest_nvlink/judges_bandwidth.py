@@ -10,7 +10,7 @@ from pytest_nvlink import judges_rack
 from pytest_nvlink.config import Threshold
 from pytest_nvlink.judges import Context, pair_properties
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, P2PMeasurement
-from pytest_nvlink.verdict import Verdict, failed, measured_properties, not_applicable, passed, unknown
+from pytest_nvlink.verdict import PassedLater, Verdict, failed, measured_properties, not_applicable, passed, unknown
 
 P2P_KINDS: dict[str, tuple[str, str, str]] = {
     # kind: (threshold key, unit, comparison)
@@ -43,20 +43,26 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
     if threshold is None:
         return ctx.missing_threshold(key)
     value = _comparable(m)
-    bound = f"{'>=' if comparison == 'min' else '<='} {threshold.value}"
-    props = measured_properties(value, bound, unit, threshold) + _pair_props(ctx, src, dst, m)
+
+    def figure_props() -> list[tuple[str, str]]:
+        bound = f"{'>=' if comparison == 'min' else '<='} {threshold.value}"
+        return measured_properties(value, bound, unit, threshold) + _pair_props(ctx, src, dst, m)
+
     if m is None or value is None:
         reason = (m.error if m is not None and m.error else None) or "no measurement recorded"
-        return unknown(ctx.node.source, f"the {kind} P2P {_what(kind)} GPU {src} -> GPU {dst}", reason, props)
+        what = f"the {kind} P2P {_what(kind)} GPU {src} -> GPU {dst}"
+        return unknown(ctx.node.source, what, reason, figure_props())
     too_fast = _above_link_capacity(ctx, src, dst, kind, value, threshold=threshold)
     if too_fast is not None:
         message, ceiling = too_fast
         capacity = measured_properties(value, f"<= {ceiling:.1f}", unit, threshold)
         return failed(message, capacity + _pair_props(ctx, src, dst, m))
-    ok = value >= threshold.value if comparison == "min" else value <= threshold.value
-    shown = f"{value:.1f} {unit}" if unit == "GB/s" else f"{value:.2f} {unit}"
-    if ok:
-        return passed(f"GPU {src} -> GPU {dst}: {kind} {shown}", props)
+    if value >= threshold.value if comparison == "min" else value <= threshold.value:
+        return PassedLater(
+            lambda: (f"GPU {src} -> GPU {dst}: {kind} {_shown(value, unit)}", figure_props()),
+            value if comparison == "min" else -value,
+        )
+    props, shown = figure_props(), _shown(value, unit)
     word = "below" if comparison == "min" else "above"
     if ctx.node.source == "evidence" and m.source:
         shown += f" ({m.source})"  # which file to open; with several files, the worst figure's
@@ -65,6 +71,10 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
         f"({threshold.where()}); likely cause: {_bandwidth_cause(ctx, src, dst, kind, value)}",
         props,
     )
+
+
+def _shown(value: float, unit: str) -> str:
+    return f"{value:.1f} {unit}" if unit == "GB/s" else f"{value:.2f} {unit}"
 
 
 def _link_capacity(ctx: Context, index: int) -> tuple[float, int] | None:
@@ -160,21 +170,24 @@ def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Ve
     if threshold is None:
         return ctx.missing_threshold("p2p.nvlink_counter_fraction_min")
     ceiling = ctx.thresholds.get("p2p.nvlink_counter_fraction_max")
-    copied = m.bytes_copied if m else None
-    nvlink, pcie = (m.nvlink_bytes, m.pcie_bytes) if m else (None, None)
-    fraction = nvlink / copied if nvlink is not None and copied else None
-    bound = f">= {threshold.value}" + (f", <= {ceiling.value}" if ceiling else "")
-    props = measured_properties(fraction, bound, "fraction of bytes on NVLink", threshold)
-    props += [
-        *_pair_props(ctx, src, dst, m),
-        ("bytes_copied", str(copied)),
-        ("nvlink_bytes", str(nvlink)),
-        ("pcie_bytes", str(pcie)),
-    ]
     if ceiling is None:
         # Without an upper bound a counter scale error (per-link vs aggregate, KiB vs bytes) would pass.
         return ctx.missing_threshold("p2p.nvlink_counter_fraction_max")
-    props.append(("threshold_max_key", ceiling.key))
+    copied = m.bytes_copied if m else None
+    nvlink, pcie = (m.nvlink_bytes, m.pcie_bytes) if m else (None, None)
+    fraction = nvlink / copied if nvlink is not None and copied else None
+
+    def proof_props() -> list[tuple[str, str]]:
+        bound = f">= {threshold.value}, <= {ceiling.value}"
+        return [
+            *measured_properties(fraction, bound, "fraction of bytes on NVLink", threshold),
+            *_pair_props(ctx, src, dst, m),
+            ("bytes_copied", str(copied)),
+            ("nvlink_bytes", str(nvlink)),
+            ("pcie_bytes", str(pcie)),
+            ("threshold_max_key", ceiling.key),
+        ]
+
     if fraction is None:
         note = (m.counters_note or m.error) if m else None
         return unknown(
@@ -183,7 +196,7 @@ def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Ve
             (note or "no traffic counters recorded")
             + "; to accept bandwidth alone, waive the proof with a reason in a site threshold file: [waive] "
             '"p2p.nvlink_counter_fraction_min" = "why the counters cannot be read here"',
-            props,
+            proof_props(),
         )
     if fraction > ceiling.value:
         return failed(
@@ -191,10 +204,14 @@ def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Ve
             f"({fraction:.0%}), more than {ceiling.value:.0%} ({ceiling.where()}); likely cause: the counters are "
             "read with the wrong semantics (per-link vs all-link aggregate, KiB vs bytes, TX and RX both summed) "
             "or other traffic ran during the copy — the proof of path cannot be trusted",
-            props,
+            proof_props(),
         )
     if fraction >= threshold.value:
-        return passed(f"GPU {src} -> GPU {dst}: {fraction:.0%} of the copied bytes crossed NVLink", props)
+        crossed = fraction  # a float for the type checker, inside the closure too
+        return PassedLater(
+            lambda: (f"GPU {src} -> GPU {dst}: {crossed:.0%} of the copied bytes crossed NVLink", proof_props()),
+            fraction,
+        )
     pcie_text = f", PCIe counters moved {_gb(pcie)}" if pcie is not None else ""
     fallback = (
         "silent PCIe fallback" if pcie is not None and copied and pcie >= 0.5 * copied else "bytes bypassed NVLink"
@@ -203,7 +220,7 @@ def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Ve
         f"GPU {src} -> GPU {dst}: {fallback} — NVLink counters moved {_gb(nvlink)} of {_gb(copied)} copied "
         f"({fraction:.0%}){pcie_text}, expected >= {threshold.value:.0%} ({threshold.where()}); check P2P "
         "status, Fabric Manager and VM passthrough of NVLink",
-        props,
+        proof_props(),
     )
 
 

@@ -179,6 +179,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # Hooks that only a run needs are registered here, so the inert plugin adds no call per test.
         config.pluginmanager.register(_ShapeFilter(), "nvlink-shape-filter")
         config.pluginmanager.register(_JudgedCheck(), "nvlink-judged-check")
+        config.pluginmanager.register(_SessionObjectsFrozen(), "nvlink-session-objects-frozen")
         start_outputs(config, run, setting)
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -445,16 +446,19 @@ def nvlink_collective() -> str:
 def nvlink_judge(nvlink_run: Run) -> Callable[[Verdict], None]:
     """Apply a Verdict: record its properties for JUnit, then pass, fail, or skip when it does not apply."""
 
+    from pytest_nvlink.plugin_outputs import OUTPUTS_KEY
     from pytest_nvlink.verdict import missing_report_properties
 
     stash = _session().config.stash
+    # Per-pair records feed only the JSON and HTML files; a run that writes neither skips ~30,000 at 72 GPUs.
+    keep_pairs = bool(stash.get(OUTPUTS_KEY, []))
 
     def judge(verdict: Verdict) -> None:
         # The item under test, from the run's own setup hook: one judge serves every item, where one per item
         # (with ``request``) cost each a fixture set-up, two request definitions and a teardown.
         item = stash[CURRENT_ITEM_KEY]
         item.stash[JUDGED_KEY] = True
-        _record(item, nvlink_run, verdict)
+        _record(item, nvlink_run, verdict, keep_pairs)
         # The enum is taken from the verdict itself: pytester's in-process runs re-import our modules.
         outcome = type(verdict.outcome)
         if verdict.outcome is outcome.NOT_APPLICABLE:
@@ -470,17 +474,37 @@ def nvlink_judge(nvlink_run: Run) -> Callable[[Verdict], None]:
     return judge
 
 
-def _record(item: pytest.Item, run: Run, verdict: Verdict) -> None:
+def _record(item: pytest.Item, run: Run, verdict: Verdict, keep_pairs: bool) -> None:
     from pytest_nvlink.verdict_groups import pair_records
 
     # A per-source item's every pair goes to the results record, not into JUnit's properties.
-    item.stash[PAIRS_KEY] = pair_records(verdict)
+    item.stash[PAIRS_KEY] = pair_records(verdict) if keep_pairs else None
     item.user_properties.append(("suite", run.suite.name))
     item.user_properties.append(("source", run.node.source))
     item.user_properties.append(("outcome", verdict.outcome.value))
     # The verdict's own sentence travels with it, so reports read it rather than pytest's text (and under xdist).
     item.user_properties.append(("message", verdict.message))
     item.user_properties.extend(verdict.properties)
+
+
+class _SessionObjectsFrozen:
+    """The items (once collected) and their reports (at the session's end) live until the run ends.
+
+    Frozen out of the collector's passes like the node: at 72 GPUs the full collections walking
+    them again cost as much as the summary they interrupt. The cleanup registered with the node's
+    freeze puts them all back.
+    """
+
+    def pytest_collection_finish(self) -> None:
+        from pytest_nvlink.collector import keep_out_of_collections
+
+        keep_out_of_collections()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self) -> None:
+        from pytest_nvlink.collector import keep_out_of_collections
+
+        keep_out_of_collections()
 
 
 class _JudgedCheck:

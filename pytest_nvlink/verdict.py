@@ -6,6 +6,7 @@ Checks build a :class:`Verdict`; the plugin turns it into a pass, ``pytest.fail`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -29,6 +30,53 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return self.outcome is Outcome.PASS
+
+
+Words = Callable[[], tuple[str, list[tuple[str, str]]]]
+
+
+class PassedLater(Verdict):
+    """A pass whose sentence and properties are written the first time anything reads them.
+
+    A 72-GPU domain judges about 30,000 pairs per run and nearly all pass; a per-source item shows
+    only its worst pair's words, so writing the others' costs most of the judging. The outcome is
+    decided before this is built; ``badness`` is the figure the group ranks pairs by (smaller is
+    worse, as ``verdict_groups`` reads it from the words), None where the pass has no figure.
+    """
+
+    def __init__(self, words: Words, badness: float | None = None) -> None:
+        self.outcome = Outcome.PASS
+        self.badness = badness
+        self._words: Words | None = words
+        self._written: tuple[str, list[tuple[str, str]]] = ("", [])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Verdict):
+            return NotImplemented
+        return (self.outcome, self.message, self.properties) == (other.outcome, other.message, other.properties)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as Verdict
+
+    def _write(self) -> tuple[str, list[tuple[str, str]]]:
+        if self._words is not None:
+            self._written, self._words = self._words(), None
+        return self._written
+
+    @property  # Verdict's field, written on first read
+    def message(self) -> str:
+        return self._write()[0]
+
+    @message.setter
+    def message(self, value: str) -> None:
+        self._written, self._words = (value, self._write()[1]), None
+
+    @property
+    def properties(self) -> list[tuple[str, str]]:
+        return self._write()[1]
+
+    @properties.setter
+    def properties(self, value: list[tuple[str, str]]) -> None:
+        self._written, self._words = (self._write()[0], value), None
 
 
 # What every failing JUnit test case carries: the figures, and where the expectation comes from.

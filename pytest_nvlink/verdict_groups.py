@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pytest_nvlink.model import pair_id
-from pytest_nvlink.verdict import Outcome, Verdict
+from pytest_nvlink.verdict import Outcome, PassedLater, Verdict
 
 Pair = tuple[int, int]
 FAILURES_NAMED = 8  # failing peers spelled out in the message; the rest are counted (all are in the record)
@@ -177,6 +177,8 @@ def _figure(verdict: Verdict) -> tuple[str | None, str | None, str | None]:
 
 def _badness(verdict: Verdict) -> float | None:
     """Smaller is worse; None when the figure is not a number or the bound's direction is unknown."""
+    if isinstance(verdict, PassedLater):
+        return verdict.badness  # the judge's own figure: its words need not be written to rank it
     measured, expected, _ = _figure(verdict)
     try:
         value = float(measured or "")

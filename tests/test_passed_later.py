@@ -1,0 +1,124 @@
+"""Passes whose words are written on first read: the same verdicts, the same ranking, nothing left frozen."""
+
+from __future__ import annotations
+
+import gc
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from synthetic_node import synthetic_node, write_synthetic
+
+from pytest_nvlink import judges, judges_bandwidth
+from pytest_nvlink.judges import Context
+from pytest_nvlink.provider import RecordedMeasurements
+from pytest_nvlink.run import Run, RunOptions, build_run
+from pytest_nvlink.verdict import Outcome, PassedLater, Verdict, passed
+from pytest_nvlink.verdict_groups import PairSet, _figure, combine, pair_records
+
+PROPS = [("measured", "373"), ("expected", ">= 335.0"), ("unit", "GB/s")]
+
+
+def test_words_are_written_once_and_only_when_read() -> None:
+    calls: list[int] = []
+
+    def words() -> tuple[str, list[tuple[str, str]]]:
+        calls.append(1)
+        return "GPU 0 -> GPU 1: unidirectional 373.0 GB/s", list(PROPS)
+
+    verdict = PassedLater(words, 373.0)
+    assert verdict.ok and verdict.outcome is Outcome.PASS and calls == []
+    assert verdict.message == "GPU 0 -> GPU 1: unidirectional 373.0 GB/s"
+    verdict.properties.append(("worst_pair", "gpu0-gpu1"))
+    assert verdict.properties[-1] == ("worst_pair", "gpu0-gpu1") and calls == [1]
+
+
+def test_a_later_pass_equals_the_same_pass_written_at_once() -> None:
+    later = PassedLater(lambda: ("ok", list(PROPS)))
+    assert later == passed("ok", list(PROPS)) and passed("ok", list(PROPS)) == later
+    assert later != passed("other", list(PROPS))
+    later.message = "changed"
+    assert later.message == "changed" and later.properties == PROPS
+
+
+@pytest.fixture(scope="module")
+def run_8(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    files = write_synthetic(tmp_path_factory.mktemp("eight"), 8, node=synthetic_node(8))
+    return build_run(RunOptions(suite=str(files.suite), replay=files.snapshot), lambda: pytest.fail("no probe"))
+
+
+def _pair_judges(run: Run) -> dict[str, Callable[[Context, int, int], Verdict]]:
+    provider = RecordedMeasurements(run.node)
+
+    def figure(kind: str) -> Callable[[Context, int, int], Verdict]:
+        return lambda ctx, s, d: judges_bandwidth.p2p_figure(ctx, s, d, kind, provider.p2p(s, d, kind))
+
+    return {
+        "path": judges.pair_path,
+        "p2p_status": judges.p2p_status,
+        "unidirectional": figure("unidirectional"),
+        "bidirectional": figure("bidirectional"),
+        "latency": figure("latency"),
+        "path_proof": lambda ctx, s, d: judges_bandwidth.path_proof(ctx, s, d, provider.p2p(s, d, "unidirectional")),
+    }
+
+
+@pytest.mark.parametrize("check", ["path", "p2p_status", "unidirectional", "bidirectional", "latency", "path_proof"])
+def test_every_passing_pair_ranks_by_the_figure_its_words_state(run_8: Run, check: str) -> None:
+    judge = _pair_judges(run_8)[check]
+    for src in range(8):
+        for dst in (d for d in range(8) if d != src):
+            verdict = judge(run_8.context, src, dst)
+            assert isinstance(verdict, PassedLater), verdict
+            measured, expected, unit = _figure(verdict)
+            assert measured and expected and unit and verdict.message.startswith(f"GPU {src} ")
+            names = {name for name, _ in verdict.properties}
+            assert {"gpu_src", "gpu_dst", "gpu_src_uuid", "gpu_dst_uuid"} <= names
+            assert names & {"threshold_key", "suite_key"}
+            if verdict.badness is None:
+                with pytest.raises(ValueError, match="could not convert"):
+                    float(measured)
+                continue
+            sign = 1.0 if expected.startswith(">=") else -1.0
+            assert math.isclose(verdict.badness, sign * float(measured), rel_tol=1e-5)
+
+
+def test_a_group_of_later_passes_names_the_worst_and_records_every_pair(run_8: Run) -> None:
+    judge = _pair_judges(run_8)["unidirectional"]
+    group = PairSet(tuple((3, d) for d in range(8) if d != 3), ordered=True, grouped=True)
+    verdicts = [(pair, judge(run_8.context, *pair)) for pair in group.pairs]
+    slow = next(i for i, (pair, _) in enumerate(verdicts) if pair == (3, 6))
+    verdicts[slow] = ((3, 6), PassedLater(lambda: ("GPU 3 -> GPU 6: unidirectional 340.0 GB/s", PROPS), 340.0))
+    result = combine(group, verdicts)
+    assert result.outcome is Outcome.PASS and "worst GPU 3 -> GPU 6: unidirectional 340.0 GB/s" in result.message
+    assert dict(result.properties)["worst_pair"] == "gpu3-gpu6"
+    records = pair_records(result)
+    assert records is not None and len(records) == 7
+    assert all(r["outcome"] == "pass" and r["message"] and r["measured"] for r in records)
+
+
+class _FrozenAtEnd:
+    def __init__(self) -> None:
+        self.counts: list[int] = []
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self) -> None:
+        self.counts.append(gc.get_freeze_count())
+
+
+def test_a_run_leaves_nothing_frozen_out_of_the_collector(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    files = write_synthetic(tmp_path, 24, node=synthetic_node(24))
+    seen = _FrozenAtEnd()
+    result = pytester.runpytest_inprocess(
+        f"--nvlink-suite={files.suite}",
+        f"--nvlink-replay={files.snapshot}",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        plugins=[seen],
+    )
+    assert result.ret == 0
+    # The node, the items and their reports are out of the collector's passes while the session ends ...
+    assert seen.counts and seen.counts[0] > 10_000
+    assert gc.get_freeze_count() == 0  # ... and put back when the run is over
