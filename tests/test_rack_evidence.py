@@ -21,7 +21,7 @@ from pytest_nvlink.model import FabricInfo, Gpu, MnnvlClique, NcclAudit, Node, N
 from pytest_nvlink.parsers import detect, nccl_log, nccl_tests, nvbandwidth
 from pytest_nvlink.parsers.common import ParseError
 from pytest_nvlink.report.json_results import load_schema
-from pytest_nvlink.report.record import nccl_transport_line
+from pytest_nvlink.report.record import nccl_transport_line, transport_counts
 from pytest_nvlink.run import Run
 from pytest_nvlink.snapshot import snapshot_document
 
@@ -125,7 +125,7 @@ def test_transport_counts_name_mnnvl_net_and_nvls() -> None:
         TransportChannel(0, 2, 0, 3, 0, "NET", "NET/Socket/1"),
     ]
     audit = NcclAudit(channels=channels, nvls_channels=16)
-    assert nccl_log.transport_counts(audit) == [("P2P/MNNVL", 3), ("NET/IB", 1), ("NET/Socket", 1), ("NVLS", 16)]
+    assert transport_counts(audit) == [("P2P/MNNVL", 3), ("NET/IB", 1), ("NET/Socket", 1), ("NVLS", 16)]
 
 
 def test_nccl_tests_multinode_rank_lines_and_a_cut_one() -> None:
@@ -207,7 +207,7 @@ def test_rack_measurements_use_rack_gpu_numbers() -> None:
     assert all_reduce.world_size == 72 and all_reduce.rank_gpus == list(range(72))
     audit = node.measurements.nccl
     assert audit is not None and len(audit.mnnvl) == 72 and {c.clique_size for c in audit.mnnvl} == {72}
-    assert nccl_log.transport_counts(audit) == [("P2P/MNNVL", 72 * GEN.CHANNELS), ("NVLS", 16)]
+    assert transport_counts(audit) == [("P2P/MNNVL", 72 * GEN.CHANNELS), ("NVLS", 16)]
     assert {family for family, files in node.provenance.items() if files} >= {
         "inventory",
         "nvlinks",
@@ -221,7 +221,7 @@ def test_rack_measurements_use_rack_gpu_numbers() -> None:
 def test_net_ib_set_records_network_channels_between_trays() -> None:
     audit = load_evidence([RACK / "net-ib"]).measurements.nccl
     assert audit is not None and audit.mnnvl == []
-    counts = dict(nccl_log.transport_counts(audit))
+    counts = dict(transport_counts(audit))
     assert counts["NET/IB"] == GEN.TRAYS * GEN.CHANNELS and counts["P2P/CUMEM"] == (72 - GEN.TRAYS) * GEN.CHANNELS
 
 

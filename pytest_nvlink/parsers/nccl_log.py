@@ -197,22 +197,6 @@ def to_audit(log: NcclLog, source: str | None) -> NcclAudit:
     )
 
 
-def transport_counts(audit: NcclAudit) -> list[tuple[str, int]]:
-    """Channels per transport as NCCL named it ("P2P/MNNVL", "NET/IB", "SHM/direct"), most used first.
-
-    NVLS appears with the count of NVLS channels NCCL reported, since it prints no per-channel line for them.
-    """
-    counts: dict[str, int] = {}
-    for channel in audit.channels:
-        words = channel.detail.split("/")
-        label = "/".join(words[:2]) if len(words) > 1 and not words[1].isdigit() else words[0]
-        counts[label] = counts.get(label, 0) + 1
-    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    if audit.nvls_channels:
-        ordered.append(("NVLS", audit.nvls_channels))
-    return ordered
-
-
 def _freeze(out: _Builder) -> NcclLog:
     nvls = None if not out.nvls else all(out.nvls.values())
     nranks, nnodes, local = out.comm if out.comm else (None, None, None)

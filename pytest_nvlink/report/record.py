@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_nvlink.audit import UNJUDGED
+from pytest_nvlink.model import NcclAudit
 from pytest_nvlink.run import Run
 from pytest_nvlink.verdict import Outcome
 
@@ -195,10 +196,24 @@ class Results:
 
 def nccl_transports(run: Run) -> list[tuple[str, int]]:
     """Channels per transport NCCL used ("P2P/MNNVL", "NET/IB", "NVLS"), from the run's NCCL log; [] without one."""
-    from pytest_nvlink.parsers.nccl_log import transport_counts
-
     audit = run.node.measurements.nccl
     return transport_counts(audit) if audit is not None else []
+
+
+def transport_counts(audit: NcclAudit) -> list[tuple[str, int]]:
+    """Channels per transport as NCCL named it ("P2P/MNNVL", "NET/IB", "SHM/direct"), most used first.
+
+    NVLS appears with the count of NVLS channels NCCL reported, since it prints no per-channel line for them.
+    """
+    counts: dict[str, int] = {}
+    for channel in audit.channels:
+        words = channel.detail.split("/")
+        label = "/".join(words[:2]) if len(words) > 1 and not words[1].isdigit() else words[0]
+        counts[label] = counts.get(label, 0) + 1
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    if audit.nvls_channels:
+        ordered.append(("NVLS", audit.nvls_channels))
+    return ordered
 
 
 def nccl_transport_line(run: Run) -> str | None:
