@@ -41,6 +41,8 @@ class Context:
     # pairs and six pair checks). The node's facts are final once its source is read; only measurements,
     # which these answers do not read, are added later.
     _memo: dict[tuple[str, int, int], object] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # The question every pair check of every pair asks first, kept apart: no key tuple or closure per ask.
+    _usable: dict[tuple[int, int], bool] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def suite_where(self, key: str) -> str:
         return f"{self.suite.file.name}:{key}"
@@ -69,14 +71,15 @@ class Context:
 
     def nvlink_pair_usable(self, src: int, dst: int) -> bool:
         """Both GPUs usable, on one host, and the suite expects NVLink between them: a pair check can run."""
-        return self.remembered(
-            ("usable", src, dst),
-            lambda: (
+        try:
+            return self._usable[src, dst]
+        except KeyError:
+            usable = self._usable[src, dst] = (
                 not self.suite.crosses_hosts(src, dst)
                 and self.first_unusable(src, dst) is None
                 and self.suite.pair_expects_nvlink(src, dst)
-            ),
-        )
+            )
+            return usable
 
     def nvlink_pair_guard(self, src: int, dst: int, what: str) -> Verdict | None:
         """The verdict for a pair check that cannot or need not run: across hosts, a GPU missing, or a PCIe pair."""

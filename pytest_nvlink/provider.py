@@ -43,10 +43,14 @@ class RecordedMeasurements:
         self._answers: dict[tuple[int, int, str], P2PMeasurement | None] = {}
 
     def p2p(self, src: int, dst: int, kind: str) -> P2PMeasurement | None:
+        if kind == "bidirectional" and src > dst:
+            src, dst = dst, src  # a bidirectional figure belongs to the pair, whichever order recorded it
         key = (src, dst, kind)
-        if key not in self._answers:
-            self._answers[key] = self._worst_recorded(src, dst, kind)
-        return self._answers[key]
+        try:
+            return self._answers[key]
+        except KeyError:
+            answer = self._answers[key] = self._worst_recorded(src, dst, kind)
+            return answer
 
     def _worst_recorded(self, src: int, dst: int, kind: str) -> P2PMeasurement | None:
         if self._by_pair is None:
@@ -54,10 +58,9 @@ class RecordedMeasurements:
             self._by_pair = {}
             for m in self._node.measurements.p2p:
                 self._by_pair.setdefault((m.src, m.dst, m.kind), []).append(m)
-        found = list(self._by_pair.get((src, dst, kind), []))
+        found = self._by_pair.get((src, dst, kind), [])
         if kind == "bidirectional" and src != dst:
-            # A bidirectional figure belongs to the pair, whichever order recorded it.
-            found += self._by_pair.get((dst, src, kind), [])
+            found = found + self._by_pair.get((dst, src, kind), [])
         return worst_figure(found)
 
     def collectives(self) -> list[CollectiveMeasurement]:
