@@ -1,9 +1,11 @@
-"""Passes whose words are written on first read: the same verdicts, the same ranking, nothing left frozen."""
+"""Judging at scale: later-written passes read and rank as before; frozen objects go back, or stay at exit."""
 
 from __future__ import annotations
 
 import gc
 import math
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -122,3 +124,29 @@ def test_a_run_leaves_nothing_frozen_out_of_the_collector(pytester: pytest.Pytes
     # The node, the items and their reports are out of the collector's passes while the session ends ...
     assert seen.counts and seen.counts[0] > 10_000
     assert gc.get_freeze_count() == 0  # ... and put back when the run is over
+
+
+EXIT_PROBE = """
+import atexit, gc, sys
+
+# Registered before the plugin's own exit hook, so it runs after it (atexit runs last-in, first-out).
+atexit.register(lambda: sys.stderr.write(f"frozen at exit: {gc.get_freeze_count()}\\n"))
+"""
+
+
+def test_the_pytest_command_leaves_the_session_frozen_at_exit(tmp_path: Path) -> None:
+    files = write_synthetic(tmp_path, 24, node=synthetic_node(24))
+    (tmp_path / "conftest.py").write_text(EXIT_PROBE, encoding="utf-8")
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--nvlink-suite={files.suite}"]
+    done = subprocess.run(
+        [*command, f"--nvlink-replay={files.snapshot}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    frozen = [line for line in done.stderr.splitlines() if line.startswith("frozen at exit:")]
+    # The exit's last collection leaves the session graph alone instead of walking and freeing it.
+    assert frozen and int(frozen[0].split(":")[1]) > 10_000, done.stderr[-2000:]
