@@ -495,20 +495,25 @@ def pair_path(ctx: Context, a: int, b: int) -> Verdict:
     expected = ctx.suite.expected_path(a, b)
     key = ctx.path_key(a, b)
     actual = ctx.node.path(a, b)
-
-    def path_props() -> list[tuple[str, str]]:
-        return measured_properties(actual, expected, "path class", suite=ctx.suite_at(key)) + pair_properties(ctx, a, b)
-
     if actual is None:
         return unknown(
             ctx.node.source,
             f"the path between GPU {a} and GPU {b}",
             ctx.node.unknown_reason(f"pair{a}-{b}.path", ctx.node.unknown_reason("paths", "topology not reported")),
-            path_props(),
+            _path_props(ctx, (a, b), actual, expected),
         )
     if path_matches(expected, actual):
-        return PassedLater(lambda: (f"GPU {a} <-> GPU {b}: {actual}", path_props()))
-    return failed(_path_message(ctx, (a, b), actual, expected, key), path_props())
+        return PassedLater(functools.partial(_path_passed, ctx, (a, b), actual, expected))
+    return failed(_path_message(ctx, (a, b), actual, expected, key), _path_props(ctx, (a, b), actual, expected))
+
+
+def _path_props(ctx: Context, pair: tuple[int, int], actual: str | None, expected: str) -> list[tuple[str, str]]:
+    suite = ctx.suite_at(ctx.path_key(*pair))
+    return measured_properties(actual, expected, "path class", suite=suite) + pair_properties(ctx, *pair)
+
+
+def _path_passed(ctx: Context, pair: tuple[int, int], actual: str, expected: str) -> tuple[str, list[tuple[str, str]]]:
+    return f"GPU {pair[0]} <-> GPU {pair[1]}: {actual}", _path_props(ctx, pair, actual, expected)
 
 
 def _path_message(ctx: Context, pair: tuple[int, int], actual: str, expected: str, key: str) -> str:
@@ -572,7 +577,7 @@ def p2p_status(ctx: Context, src: int, dst: int) -> Verdict:
     status = ctx.node.p2p_status(src, dst)
     # Read/write access alone holds for P2P over PCIe too: an NVLink pair needs the NVLink capability stated.
     if status is not None and status.read == status.write == status.nvlink == "ok":  # most pairs of a healthy domain
-        return PassedLater(lambda: _p2p_all_ok(ctx, src, dst))
+        return PassedLater(functools.partial(_p2p_all_ok, ctx, src, dst))
     shown = {cap: (status.get(cap) if status else None) for cap in _P2P_CAPS_ON_NVLINK}
     props = _p2p_props(ctx, src, dst, ",".join(f"{k}={v}" for k, v in shown.items()))
     # A capability stated unusable fails the pair even when another one was not stated.
