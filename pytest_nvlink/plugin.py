@@ -259,6 +259,18 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 class _ShapeFilter:
     """Collection hooks registered only for a run, so that the inert plugin adds no hook call per test."""
 
+    def __init__(self) -> None:
+        self._absent: dict[str, str] | None = None
+
+    def absent(self, run: Run) -> dict[str, str]:
+        """The checks this suite and run leave out, keyed by fixture name or ``area:<marker area>``."""
+        if self._absent is None:
+            from pytest_nvlink.report.baseline import baseline_not_collected
+            from pytest_nvlink.run import not_collected
+
+            self._absent = not_collected(run.suite) | baseline_not_collected(run)
+        return self._absent
+
     def pytest_pycollect_makemodule(self, module_path: Path, parent: pytest.Collector) -> pytest.Module | None:
         # Stable node ids ("nvlink/test_topology.py::...") whatever the venv or checkout location.
         if module_path.parent != CHECKS_DIR:
@@ -267,7 +279,8 @@ class _ShapeFilter:
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         run = _run(metafunc.config)
-        if run is not None:
+        # A check makeitem will drop is left as one item, not one per GPU or pair made only to be dropped.
+        if run is not None and not _belongs_to(metafunc.definition, self.absent(run)):
             _parametrize(metafunc, run)
 
     @pytest.hookimpl(wrapper=True)
@@ -278,10 +291,7 @@ class _ShapeFilter:
             return result
         # A one-GPU suite has no pairs and an empty collective list has no collectives: those checks do not
         # exist for this suite (the header says so), rather than appearing as skips or errors.
-        from pytest_nvlink.report.baseline import baseline_not_collected
-        from pytest_nvlink.run import not_collected
-
-        absent = not_collected(run.suite) | baseline_not_collected(run)
+        absent = self.absent(run)
         return [item for item in result if not _belongs_to(item, absent)]
 
 
