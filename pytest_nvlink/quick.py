@@ -1,7 +1,7 @@
 """``--nvlink-quick``: the health check a Slurm prolog or NHC's ``HealthCheckProgram`` runs on every node.
 
 It judges facts only: inventory, NVLink state and lifetime error counters, topology paths, P2P
-status and fabric registration. Nothing is measured, so no bandwidth, collective, baseline or
+status, fabric registration and, on a rack suite, the trays and their clique. Nothing is measured, so no bandwidth, collective, baseline or
 PCIe-under-load check runs and torch is never imported; a replayed snapshot's figures from a
 measurement campaign (the error growth during it, PCIe sampled under load) are left out too, so a
 quick replay judges what a quick live run would. The output is one line per failure and one
@@ -16,10 +16,10 @@ import re
 from pytest_nvlink.model import Measurements, Node
 
 # The shipped check modules quick mode collects; the others (bandwidth, collectives, baseline) are never imported.
-QUICK_AREAS: frozenset[str] = frozenset({"inventory", "nvlink", "topology", "platform"})
+QUICK_AREAS: frozenset[str] = frozenset({"inventory", "nvlink", "topology", "platform", "rack"})
 QUICK_MODULES: frozenset[str] = frozenset(f"test_{area}.py" for area in QUICK_AREAS)
-# In a quick module but judged under measurement load: the PCIe generation drops at idle.
-MEASURED_CHECKS: frozenset[str] = frozenset({"test_pcie_link"})
+# In a quick module but measured: the PCIe generation drops at idle, and send/recv between trays is a figure.
+MEASURED_CHECKS: frozenset[str] = frozenset({"test_pcie_link", "test_rack_sendrecv"})
 # unknown_reasons keys of figures a measurement campaign records.
 _CAMPAIGN_REASONS = re.compile(r"\.(errors_run|pcie_gen_loaded)\b")
 

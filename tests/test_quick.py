@@ -97,6 +97,27 @@ def test_run_window_figures_of_a_replay_are_not_judged_in_quick_mode(pytester: p
     assert results["node"]["measurements"] == {"p2p": [], "collectives": [], "nccl": None}
 
 
+def test_a_quick_rack_replay_judges_trays_and_clique_but_not_send_recv(pytester: pytest.Pytester) -> None:
+    json_file = pytester.path / "rack.json"
+    result = pytester.runpytest(
+        "--nvlink-suite=gb200-nvl72",
+        "--nvlink-replay=gb200-nvl72-faulty",
+        "--nvlink-quick",
+        f"--nvlink-json={json_file}",
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    *failures, summary = _lines(result)
+    assert summary == "nvlink FAIL rack-gb200-r07-c01: 5 of 597 quick checks failed (suite gb200-nvl72)"
+    clique = [line for line in failures if "test_rack_clique" in line]
+    assert len(clique) == 1 and clique[0].startswith(
+        "nvlink FAIL rack-gb200-r07-c01 test_rack_clique[tray5]: tray 5 (host gb200-r07-c06) is in clique 32765"
+    )
+    checks = {item["check"] for item in json.loads(json_file.read_text(encoding="utf-8"))["items"]}
+    # Trays present and one clique are facts; send/recv between trays is a measurement, left to a full run.
+    assert {"test_rack_trays", "test_rack_tray", "test_rack_clique"} <= checks
+    assert "test_rack_sendrecv" not in checks
+
+
 def test_a_live_quick_run_on_fake_nvml_passes_in_one_line_without_torch(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
