@@ -379,6 +379,12 @@ NEED_SUITE = "pytest-nvlink fixtures need --nvlink-suite=NAME|PATH|auto"
 @pytest.fixture(scope="session")
 def nvlink_run() -> Run:
     """The acceptance run: options, probed node, suite and resolved thresholds."""
+    return _session_run()
+
+
+def _session_run() -> Run:
+    # The fixtures below read the run here rather than through nvlink_run: pytest resolves a fixture's
+    # dependencies again for every item that uses it, cached or not, and every shipped check uses three.
     run = _run(_session().config)
     if run is None:
         pytest.fail(NEED_SUITE, pytrace=False)
@@ -397,23 +403,23 @@ def not_parametrized(name: str) -> NoReturn:
 
 
 @pytest.fixture(scope="session")
-def nvlink_node(nvlink_run: Run) -> Node:
+def nvlink_node() -> Node:
     """The node model (live probe, replayed snapshot or evidence files) the checks judge."""
-    return nvlink_run.node
+    return _session_run().node
 
 
 @pytest.fixture(scope="session")
-def nvlink_context(nvlink_run: Run) -> Context:
+def nvlink_context() -> Context:
     """Node, suite and thresholds bundled for the verdict functions in ``pytest_nvlink.judges``."""
-    return nvlink_run.context
+    return _session_run().context
 
 
 @pytest.fixture(scope="session")
-def nvlink_measurements(nvlink_run: Run) -> MeasurementProvider:
+def nvlink_measurements() -> MeasurementProvider:
     """P2P and collective figures: measured on first use (live, once per session) or read from the source."""
     from pytest_nvlink.provider import RecordedMeasurements
 
-    session = _session()
+    nvlink_run, session = _session_run(), _session()
     if nvlink_run.node.source != "live" or session.config.stash.get(HANDED_OVER_KEY, False):
         return RecordedMeasurements(nvlink_run.node)
     return _live_provider(session.config, nvlink_run, session.items)
@@ -453,13 +459,13 @@ def nvlink_collective() -> str:
 
 
 @pytest.fixture(scope="session")
-def nvlink_judge(nvlink_run: Run) -> Callable[[Verdict], None]:
+def nvlink_judge() -> Callable[[Verdict], None]:
     """Apply a Verdict: record its properties for JUnit, then pass, fail, or skip when it does not apply."""
 
     from pytest_nvlink.plugin_outputs import OUTPUTS_KEY
     from pytest_nvlink.verdict import missing_report_properties
 
-    stash = _session().config.stash
+    nvlink_run, stash = _session_run(), _session().config.stash
     # Per-pair records feed only the JSON and HTML files; a run that writes neither skips ~30,000 at 72 GPUs.
     keep_pairs = bool(stash.get(OUTPUTS_KEY, []))
 
