@@ -150,3 +150,21 @@ def test_the_pytest_command_leaves_the_session_frozen_at_exit(tmp_path: Path) ->
     frozen = [line for line in done.stderr.splitlines() if line.startswith("frozen at exit:")]
     # The exit's last collection leaves the session graph alone instead of walking and freeing it.
     assert frozen and int(frozen[0].split(":")[1]) > 10_000, done.stderr[-2000:]
+
+
+def test_a_bidirectional_figure_is_the_pairs_worst_whichever_order_recorded_it() -> None:
+    from pytest_nvlink.model import Node, P2PMeasurement
+
+    node = Node(source="evidence", host="h")
+    one_way = P2PMeasurement(0, 1, "bidirectional", 700.0, "GB/s", source="a.txt")
+    other_way = P2PMeasurement(1, 0, "bidirectional", 510.0, "GB/s", source="b.txt")
+    also = P2PMeasurement(0, 1, "bidirectional", 700.0, "GB/s", source="c.txt")
+    uni = P2PMeasurement(1, 0, "unidirectional", 370.0, "GB/s", source="a.txt")
+    node.measurements.p2p = [other_way, one_way, uni, also]
+    provider = RecordedMeasurements(node)
+    forward, backward = provider.p2p(0, 1, "bidirectional"), provider.p2p(1, 0, "bidirectional")
+    assert forward is backward and forward is not None and forward.value == 510.0
+    # Recorded low index first are named first, then the other order, each as listed.
+    assert forward.source == "b.txt (worst of 3 figures; also 700 GB/s from a.txt; 700 GB/s from c.txt)"
+    assert provider.p2p(1, 0, "unidirectional") is uni and provider.p2p(0, 1, "unidirectional") is None
+    assert provider.p2p(0, 2, "latency") is None
