@@ -10,11 +10,18 @@ machine hits both alike, and prints the medians (wall clock and the child's CPU 
 A run of one trivial test is pytest's start-up. Targets: replay / trivial <= 1.5 at every size, and
 the 72-GPU replay <= 5 s over pytest's start-up. ``--pair-rounds`` adds the 72-GPU replay with
 ``[suite] pair_items = "pair"`` (one item per pair, 28,628 items) for comparison.
+
+``--bytecode``: ``cached`` (the default, Python's own) lets the children write bytecode, under a
+cache folder in the temporary directory, warmed by the untimed runs that count the items. ``none`` runs
+them with PYTHONDONTWRITEBYTECODE=1, as some containers do: pytest then parses, assertion-rewrites
+and compiles every module of the plugin (pytest rewrites a pytest11 plugin's whole package) on
+every run, a fixed cost the trivial file does not have.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import subprocess
@@ -34,11 +41,25 @@ TARGET_RATIO = 1.5
 TARGET_OVER_STARTUP_S = 5.0
 
 
+CHILD_ENV: dict[str, str] = dict(os.environ)
+
+
+def _child_env(bytecode: str, folder: Path) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    if bytecode == "none":
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    else:
+        env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")  # the checkout's own __pycache__ stays untouched
+    return env
+
+
 def _timed(args: Sequence[str], cwd: Path) -> tuple[float, float]:
     """(wall s, CPU s of the child) of one pytest run; its output goes nowhere (a terminal would add to both)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run([*PYTEST, *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    done = subprocess.run(
+        [*PYTEST, *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False, env=CHILD_ENV
+    )
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -47,7 +68,7 @@ def _timed(args: Sequence[str], cwd: Path) -> tuple[float, float]:
 
 
 def _count_items(args: Sequence[str], cwd: Path) -> int:
-    done = subprocess.run([*PYTEST, "--co", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    done = subprocess.run([*PYTEST, "--co", *args], cwd=cwd, capture_output=True, text=True, check=False, env=CHILD_ENV)
     return sum(1 for line in done.stdout.splitlines() if "::" in line)
 
 
@@ -80,9 +101,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[8, 16, 32, 72])
     parser.add_argument("--rounds", type=int, default=3, help="A/B rounds per size (medians over these)")
     parser.add_argument("--pair-rounds", type=int, default=1, help="rounds of the per-pair 72-GPU replay (0: none)")
+    parser.add_argument(
+        "--bytecode", choices=("cached", "none"), default="cached", help="children write bytecode (default) or not"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="nvlink-scale-") as temporary:
         folder = Path(temporary)
+        CHILD_ENV.clear()
+        CHILD_ENV.update(_child_env(args.bytecode, folder))
+        print(f"bytecode: {args.bytecode}")
+        _timed([str(_trivial_file(folder, 1))], folder)  # warm-up: pytest's own modules
         startup = [_timed([str(_trivial_file(folder, 1))], folder) for _ in range(args.rounds)]
         print(f"pytest start-up (1 trivial item): wall {_median(startup, 0):.2f} s, CPU {_median(startup, 1):.2f} s")
         header = ("", "items", "replay", "trivial", "ratio", "replay", "trivial", "ratio")
@@ -94,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results: dict[str, tuple[float, float]] = {}
         for label, count, pair_items, rounds in cases:
             replay_args = _replay_args(folder, count, pair_items)
-            items = _count_items(replay_args, folder)
+            items = _count_items(replay_args, folder)  # also the warm-up: it imports every module
             trivial_args = [str(_trivial_file(folder, items))]
             replay, trivial = [], []
             for _ in range(rounds):  # alternated, so load on a shared machine hits both alike
