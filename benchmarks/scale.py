@@ -16,6 +16,11 @@ cache folder in the temporary directory, warmed by the untimed runs that count t
 them with PYTHONDONTWRITEBYTECODE=1, as some containers do: pytest then parses, assertion-rewrites
 and compiles every module of the plugin (pytest rewrites a pytest11 plugin's whole package) on
 every run, a fixed cost the trivial file does not have.
+
+``--other-plugins``: ``off`` (the default) runs both sides with every other installed pytest11
+plugin disabled (``-p no:NAME``): the comparison is pytest alone against pytest with this plugin,
+as after ``pip install pytest-nvlink``. A development venv's hypothesis plugin alone imports
+hypothesis at every session's end (~0.3 s here), which would pad both sides; ``on`` keeps them.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,6 +43,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from synthetic_node import synthetic_node, write_synthetic  # noqa: E402
 
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+OWN_DISTRIBUTION = "pytest-nvlink"
 TARGET_RATIO = 1.5
 TARGET_OVER_STARTUP_S = 5.0
 
@@ -51,6 +58,14 @@ def _child_env(bytecode: str, folder: Path) -> dict[str, str]:
     else:
         env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")  # the checkout's own __pycache__ stays untouched
     return env
+
+
+def _other_plugins_off() -> list[str]:
+    """``-p no:NAME`` for every installed pytest11 plugin of another distribution."""
+    names = sorted(
+        ep.name for ep in entry_points(group="pytest11") if ep.dist is None or ep.dist.name != OWN_DISTRIBUTION
+    )
+    return [arg for name in names for arg in ("-p", f"no:{name}")]
 
 
 def _timed(args: Sequence[str], cwd: Path) -> tuple[float, float]:
@@ -104,12 +119,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--bytecode", choices=("cached", "none"), default="cached", help="children write bytecode (default) or not"
     )
+    parser.add_argument(
+        "--other-plugins", choices=("off", "on"), default="off", help="other pytest11 plugins disabled (default)"
+    )
     args = parser.parse_args(argv)
+    disabled = _other_plugins_off() if args.other_plugins == "off" else []
+    PYTEST.extend(disabled)
     with tempfile.TemporaryDirectory(prefix="nvlink-scale-") as temporary:
         folder = Path(temporary)
         CHILD_ENV.clear()
         CHILD_ENV.update(_child_env(args.bytecode, folder))
-        print(f"bytecode: {args.bytecode}")
+        off = " ".join(disabled[1::2]) or "none disabled"
+        print(f"bytecode: {args.bytecode}; other pytest plugins: {args.other_plugins} ({off})")
         _timed([str(_trivial_file(folder, 1))], folder)  # warm-up: pytest's own modules
         startup = [_timed([str(_trivial_file(folder, 1))], folder) for _ in range(args.rounds)]
         print(f"pytest start-up (1 trivial item): wall {_median(startup, 0):.2f} s, CPU {_median(startup, 1):.2f} s")
