@@ -10,7 +10,7 @@ from functools import partial
 
 from pytest_nvlink import judges_rack
 from pytest_nvlink.config import Threshold
-from pytest_nvlink.judges import Context, pair_properties
+from pytest_nvlink.judges.context import Context, pair_properties
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, P2PMeasurement
 from pytest_nvlink.verdict import PassedLater, Verdict, failed, measured_properties, not_applicable, passed, unknown
 

@@ -15,7 +15,7 @@ import pytest
 
 if TYPE_CHECKING:
     # Only for annotations: an inert plugin (no --nvlink-suite) must import nothing of its own at start-up.
-    from pytest_nvlink.judges import Context
+    from pytest_nvlink.judges.context import Context
     from pytest_nvlink.model import Node
     from pytest_nvlink.provider import LiveMeasurements, MeasurementProvider
     from pytest_nvlink.run import Given, Run, RunOptions

@@ -14,7 +14,7 @@ from fake_pynvml import make_fake_pynvml
 from pytest_nvlink import judges_platform
 from pytest_nvlink.campaign import CampaignWatch
 from pytest_nvlink.config import load_suite, load_thresholds
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import Measurements, Node
 from pytest_nvlink.snapshot import load_snapshot, save_snapshot
 from pytest_nvlink.verdict import Outcome

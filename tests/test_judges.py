@@ -7,9 +7,10 @@ import copy
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink import judges, judges_bandwidth, judges_platform
+from pytest_nvlink import judges_bandwidth, judges_platform
 from pytest_nvlink.config import load_suite, load_thresholds
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges import inventory, nvlink, topology
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, P2PMeasurement, TransportChannel
 from pytest_nvlink.snapshot import load_snapshot
 from pytest_nvlink.verdict import Outcome
@@ -179,31 +180,31 @@ def test_shm_between_pcie_pairs_is_expected_on_bridge_suites() -> None:
 
 def test_degraded_snapshot_topology_verdicts() -> None:
     ctx = context("h100-8gpu-degraded")
-    links = judges.nvlink_active_links(ctx, 3)
+    links = nvlink.nvlink_active_links(ctx, 3)
     assert links.outcome is Outcome.FAIL and "16 of 18 NVLinks active" in links.message
     assert "inactive link(s): 16, 17" in links.message
-    path = judges.pair_path(ctx, 0, 3)
+    path = topology.pair_path(ctx, 0, 3)
     assert "GPU 3 has only 16 of 18 NVLinks active" in path.message
-    p2p = judges.p2p_status(ctx, 2, 6)
+    p2p = topology.p2p_status(ctx, 2, 6)
     assert "disabled_by_regkey" in p2p.message and "registry key" in p2p.message
     fabric = judges_platform.fabric(ctx, 0)
     assert "Fabric Manager is not running" in fabric.message
-    assert judges.nvlink_active_links(ctx, 0).ok
+    assert nvlink.nvlink_active_links(ctx, 0).ok
 
 
 def test_vm_snapshot_names_silent_pcie_fallback() -> None:
     ctx = context("h100-8gpu-vm-pcie")
-    path = judges.pair_path(ctx, 0, 1)
+    path = topology.pair_path(ctx, 0, 1)
     assert path.outcome is Outcome.FAIL
     assert "silent PCIe fallback" in path.message and "passthrough VM guest" in path.message
-    assert "VM guest that hides NVLink" in judges.nvlink_active_links(ctx, 0).message
+    assert "VM guest that hides NVLink" in nvlink.nvlink_active_links(ctx, 0).message
 
 
 def test_l40s_without_nvlink_passes_link_checks() -> None:
     ctx = context("h100-8gpu-vm-pcie", suite="l40s-4gpu")
-    assert judges.nvlink_active_links(ctx, 0).ok
-    assert judges.nvlink_speed(ctx, 0).outcome is Outcome.NOT_APPLICABLE
-    assert judges.p2p_status(ctx, 0, 1).outcome is Outcome.NOT_APPLICABLE
+    assert nvlink.nvlink_active_links(ctx, 0).ok
+    assert nvlink.nvlink_speed(ctx, 0).outcome is Outcome.NOT_APPLICABLE
+    assert topology.p2p_status(ctx, 0, 1).outcome is Outcome.NOT_APPLICABLE
 
 
 def test_evidence_source_turns_unknown_into_no_evidence() -> None:
@@ -216,15 +217,15 @@ def test_evidence_source_turns_unknown_into_no_evidence() -> None:
 def test_lost_gpu_fails_count_and_its_items() -> None:
     ctx = context()
     ctx.node.gpus[7].problem = "GPU is lost"
-    count = judges.gpu_count(ctx)
+    count = inventory.gpu_count(ctx)
     assert count.outcome is Outcome.FAIL and "GPU 7: GPU is lost" in count.message
-    assert "unusable" in judges.pair_path(ctx, 0, 7).message
+    assert "unusable" in topology.pair_path(ctx, 0, 7).message
 
 
 def test_reduced_nvlink_bandwidth_mode_fails_speed() -> None:
     ctx = context()
-    assert judges.nvlink_speed(ctx, 0).ok
+    assert nvlink.nvlink_speed(ctx, 0).ok
     ctx.node.nvlink_bw_mode = "half"
-    verdict = judges.nvlink_speed(ctx, 0)
+    verdict = nvlink.nvlink_speed(ctx, 0)
     assert verdict.outcome is Outcome.FAIL
     assert "bandwidth mode is 'half'" in verdict.message

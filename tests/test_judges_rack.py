@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink import judges, judges_bandwidth, judges_rack
+from pytest_nvlink import judges_bandwidth, judges_rack
 from pytest_nvlink.config import ConfigError, load_suite, load_thresholds
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges import inventory, nvlink, topology
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import Gpu, Node, TransportChannel
 from pytest_nvlink.required_keys import required_keys
 from pytest_nvlink.snapshot import load_snapshot
@@ -99,8 +100,8 @@ def test_a_missing_tray_fails_as_missing_not_as_a_smaller_rack(healthy: Context)
     _fails(judges_rack.rack_trays(healthy), "tray 17 (GPUs 68-71) missing", "17 of 18 trays")
     _fails(judges_rack.tray(healthy, 17), "tray 17 missing", "gb200-nvl72.toml:suite.gpu_count = 72")
     _fails(judges_rack.rack_clique(healthy, 17), "tray 17 missing")
-    _fails(judges.gpu_count(healthy), "found 68: tray 17 missing")
-    _fails(judges.nvlink_active_links(healthy, 70), "tray 17 missing")
+    _fails(inventory.gpu_count(healthy), "found 68: tray 17 missing")
+    _fails(nvlink.nvlink_active_links(healthy, 70), "tray 17 missing")
     assert judges_rack.tray(healthy, 16).ok
 
 
@@ -194,15 +195,15 @@ def test_an_unmeasured_pair_fails_and_a_tray_without_cross_pairs_is_unknown(heal
 
 def test_cross_tray_pairs_are_not_judged_by_one_host_checks(healthy: Context) -> None:
     for verdict in (
-        judges.pair_path(healthy, 3, 4),
-        judges.p2p_status(healthy, 3, 40),
+        topology.pair_path(healthy, 3, 4),
+        topology.p2p_status(healthy, 3, 40),
         judges_bandwidth.p2p_figure(healthy, 0, 71, "unidirectional", None),
         judges_bandwidth.path_proof(healthy, 5, 9, None),
     ):
         assert verdict.outcome is Outcome.NOT_APPLICABLE
         assert "sit on different hosts (gb200-nvl72.toml:suite.gpus_per_host = 4)" in verdict.message
         assert "test_rack_sendrecv" in verdict.message
-    assert judges.pair_path(healthy, 4, 7).ok
+    assert topology.pair_path(healthy, 4, 7).ok
     within = judges_bandwidth.p2p_figure(healthy, 4, 7, "unidirectional", None)
     assert within.outcome is Outcome.NOT_APPLICABLE and "waived by gb200-nvl72.toml" in within.message
 

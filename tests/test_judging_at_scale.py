@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from synthetic_node import synthetic_node, write_synthetic
 
-from pytest_nvlink import judges, judges_bandwidth
-from pytest_nvlink.judges import Context
+from pytest_nvlink import judges_bandwidth
+from pytest_nvlink.judges import topology
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.provider import RecordedMeasurements
 from pytest_nvlink.run import Run, RunOptions, build_run
 from pytest_nvlink.verdict import Outcome, PassedLater, Verdict, passed
@@ -57,8 +58,8 @@ def _pair_judges(run: Run) -> dict[str, Callable[[Context, int, int], Verdict]]:
         return lambda ctx, s, d: judges_bandwidth.p2p_figure(ctx, s, d, kind, provider.p2p(s, d, kind))
 
     return {
-        "path": judges.pair_path,
-        "p2p_status": judges.p2p_status,
+        "path": topology.pair_path,
+        "p2p_status": topology.p2p_status,
         "unidirectional": figure("unidirectional"),
         "bidirectional": figure("bidirectional"),
         "latency": figure("latency"),

@@ -13,7 +13,7 @@ from conftest import SNAPSHOTS
 
 from pytest_nvlink import judges_bandwidth, nvml_probe
 from pytest_nvlink.config import load_suite, load_thresholds
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.measure.cuda_join import cuda_devices_in_child
 from pytest_nvlink.measure.p2p import SimulatedCopyEngine, SimulatedCounters
 from pytest_nvlink.model import Measurements, Node

@@ -7,7 +7,7 @@ from conftest import SNAPSHOTS
 
 from pytest_nvlink import judges_bandwidth
 from pytest_nvlink.config import load_suite, load_thresholds
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import NcclAudit, TransportChannel
 from pytest_nvlink.parsers import nccl_log
 from pytest_nvlink.snapshot import load_snapshot

@@ -10,7 +10,7 @@ from conftest import SNAPSHOTS
 
 from pytest_nvlink import judges_bandwidth
 from pytest_nvlink.config import ConfigError, load_suite, load_thresholds
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import P2PMeasurement
 from pytest_nvlink.snapshot import load_snapshot, save_snapshot
 from pytest_nvlink.verdict import Outcome

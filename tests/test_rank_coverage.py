@@ -14,7 +14,7 @@ from conftest import EVIDENCE, SNAPSHOTS, serve_live_node, tiny_collective_thres
 
 from pytest_nvlink import judges_bandwidth, live
 from pytest_nvlink.config import load_suite, load_thresholds
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.measure.collectives import CollectiveRun
 from pytest_nvlink.model import CollectiveMeasurement, Gpu, Measurements, Node
 from pytest_nvlink.snapshot import load_snapshot, save_snapshot

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from pytest_nvlink import judges_platform
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.provider import MeasurementProvider
 from pytest_nvlink.verdict import Verdict
 

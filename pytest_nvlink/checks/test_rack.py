@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from pytest_nvlink import judges_rack
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.plugin import not_parametrized
 from pytest_nvlink.verdict import Verdict
 
