@@ -352,7 +352,7 @@ def test_merge_keeps_both_sides_and_names_the_conflicting_field() -> None:
 
 
 def test_worst_of_several_figures_is_judged() -> None:
-    from pytest_nvlink.judges_bandwidth import pick_collective
+    from pytest_nvlink.judges.collectives import pick_collective
     from pytest_nvlink.model import CollectiveMeasurement, P2PMeasurement
     from pytest_nvlink.provider import worst_figure
 

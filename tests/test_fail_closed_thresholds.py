@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import DATA, SNAPSHOTS
 
-from pytest_nvlink import judges_bandwidth, judges_platform
+from pytest_nvlink import judges_platform
 from pytest_nvlink.config import Waiver, load_suite, load_thresholds
-from pytest_nvlink.judges import nvlink
+from pytest_nvlink.judges import bandwidth, collectives, nvlink
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import CollectiveMeasurement, P2PMeasurement
 from pytest_nvlink.snapshot import load_snapshot, save_snapshot
@@ -36,10 +36,10 @@ JUDGES: list[tuple[str, Callable[[Context], Verdict]]] = [
     ("nvlink.version", lambda c: nvlink.nvlink_version(c, 0)),
     ("nvlink.link_speed_min_gbps", lambda c: nvlink.nvlink_speed(c, 0)),
     ("fabric.required", lambda c: judges_platform.fabric(c, 0)),
-    ("p2p.unidirectional_min_gbps", lambda c: judges_bandwidth.p2p_figure(c, 0, 1, "unidirectional", UNI)),
-    ("p2p.latency_max_us", lambda c: judges_bandwidth.p2p_figure(c, 0, 1, "latency", LATENCY)),
-    ("p2p.nvlink_counter_fraction_min", lambda c: judges_bandwidth.path_proof(c, 0, 1, UNI)),
-    ("collectives.all_reduce.busbw_min_gbps", lambda c: judges_bandwidth.collective(c, "all_reduce", [BUSBW])),
+    ("p2p.unidirectional_min_gbps", lambda c: bandwidth.p2p_figure(c, 0, 1, "unidirectional", UNI)),
+    ("p2p.latency_max_us", lambda c: bandwidth.p2p_figure(c, 0, 1, "latency", LATENCY)),
+    ("p2p.nvlink_counter_fraction_min", lambda c: bandwidth.path_proof(c, 0, 1, UNI)),
+    ("collectives.all_reduce.busbw_min_gbps", lambda c: collectives.collective(c, "all_reduce", [BUSBW])),
 ]
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink import judges_bandwidth, judges_rack
+from pytest_nvlink import judges_rack
 from pytest_nvlink.config import ConfigError, load_suite, load_thresholds
-from pytest_nvlink.judges import inventory, nvlink, topology
+from pytest_nvlink.judges import bandwidth, collectives, inventory, nvlink, topology
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import Gpu, Node, TransportChannel
 from pytest_nvlink.required_keys import required_keys
@@ -90,7 +90,7 @@ def test_healthy_rack_passes_every_rack_check(healthy: Context) -> None:
     for tray in range(18):
         verdicts += [judges_rack.tray(healthy, tray), judges_rack.rack_clique(healthy, tray)]
         verdicts.append(judges_rack.rack_sendrecv(healthy, tray))
-    verdicts.append(judges_bandwidth.nccl_transport(healthy, healthy.node.measurements.nccl))
+    verdicts.append(collectives.nccl_transport(healthy, healthy.node.measurements.nccl))
     assert [v.message for v in verdicts if not v.ok] == []
     assert "18 trays present" in verdicts[0].message
 
@@ -197,14 +197,14 @@ def test_cross_tray_pairs_are_not_judged_by_one_host_checks(healthy: Context) ->
     for verdict in (
         topology.pair_path(healthy, 3, 4),
         topology.p2p_status(healthy, 3, 40),
-        judges_bandwidth.p2p_figure(healthy, 0, 71, "unidirectional", None),
-        judges_bandwidth.path_proof(healthy, 5, 9, None),
+        bandwidth.p2p_figure(healthy, 0, 71, "unidirectional", None),
+        bandwidth.path_proof(healthy, 5, 9, None),
     ):
         assert verdict.outcome is Outcome.NOT_APPLICABLE
         assert "sit on different hosts (gb200-nvl72.toml:suite.gpus_per_host = 4)" in verdict.message
         assert "test_rack_sendrecv" in verdict.message
     assert topology.pair_path(healthy, 4, 7).ok
-    within = judges_bandwidth.p2p_figure(healthy, 4, 7, "unidirectional", None)
+    within = bandwidth.p2p_figure(healthy, 4, 7, "unidirectional", None)
     assert within.outcome is Outcome.NOT_APPLICABLE and "waived by gb200-nvl72.toml" in within.message
 
 
@@ -220,7 +220,7 @@ def _channels(ctx: Context) -> list[TransportChannel]:
 def test_net_between_trays_fails_as_rack_traffic_leaving_nvlink(healthy: Context) -> None:
     hop = next(c for c in _channels(healthy) if c.src_rank == 31)
     hop.transport, hop.detail = "NET", "NET/IB/0/GDRDMA"
-    verdict = judges_bandwidth.nccl_transport(healthy, healthy.node.measurements.nccl)
+    verdict = collectives.nccl_transport(healthy, healthy.node.measurements.nccl)
     _fails(
         verdict,
         "rack traffic left NVLink: NCCL used NET between trays on 1 of 36 channel(s)",
@@ -233,12 +233,12 @@ def test_net_between_trays_fails_as_rack_traffic_leaving_nvlink(healthy: Context
 def test_socket_between_trays_fails_and_shm_within_a_tray_fails(healthy: Context) -> None:
     hop = next(c for c in _channels(healthy) if c.src_rank == 3)
     hop.transport, hop.detail = "NET", "NET/Socket/0"
-    _fails(judges_bandwidth.nccl_transport(healthy, healthy.node.measurements.nccl), "via NET/Socket/0")
+    _fails(collectives.nccl_transport(healthy, healthy.node.measurements.nccl), "via NET/Socket/0")
     hop.transport, hop.detail = "P2P", "P2P/MNNVL/read"
     inner = next(c for c in _channels(healthy) if c.src_rank == 1)
     inner.transport, inner.detail = "SHM", "SHM/direct/direct"
     _fails(
-        judges_bandwidth.nccl_transport(healthy, healthy.node.measurements.nccl),
+        collectives.nccl_transport(healthy, healthy.node.measurements.nccl),
         "SHM instead of NVLink P2P within a tray",
     )
 
@@ -246,17 +246,17 @@ def test_socket_between_trays_fails_and_shm_within_a_tray_fails(healthy: Context
 def test_rack_audit_places_channels_by_rank_not_by_per_host_device(healthy: Context) -> None:
     # Device numbers restart on every host (0..3), yet every one of the 72 GPUs counts as seen.
     assert {c.src_dev for c in _channels(healthy)} == {0, 1, 2, 3}
-    assert judges_bandwidth.nccl_transport(healthy, healthy.node.measurements.nccl).ok
+    assert collectives.nccl_transport(healthy, healthy.node.measurements.nccl).ok
     audit = healthy.node.measurements.nccl
     assert audit is not None
     audit.channels = [c for c in audit.channels if c.src_rank < 64 and c.dst_rank < 64]
-    _fails(judges_bandwidth.nccl_transport(healthy, audit), "no channel of GPU(s) 64, 65", "tray(s) 16, 17")
+    _fails(collectives.nccl_transport(healthy, audit), "no channel of GPU(s) 64, 65", "tray(s) 16, 17")
 
 
 def test_without_a_collective_naming_its_ranks_rank_r_is_gpu_r(healthy: Context) -> None:
     healthy.node.measurements.collectives = []
     assert judges_rack.rank_to_gpu(healthy) == {r: r for r in range(72)}
-    assert judges_bandwidth.nccl_transport(healthy, healthy.node.measurements.nccl).ok
+    assert collectives.nccl_transport(healthy, healthy.node.measurements.nccl).ok
 
 
 def test_a_site_waiver_of_the_send_recv_floor_makes_the_check_not_apply(healthy: Context, tmp_path: Path) -> None:

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from synthetic_node import synthetic_node, write_synthetic
 
-from pytest_nvlink import judges_bandwidth
-from pytest_nvlink.judges import topology
+from pytest_nvlink.judges import bandwidth, topology
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.provider import RecordedMeasurements
 from pytest_nvlink.run import Run, RunOptions, build_run
@@ -55,7 +54,7 @@ def _pair_judges(run: Run) -> dict[str, Callable[[Context, int, int], Verdict]]:
     provider = RecordedMeasurements(run.node)
 
     def figure(kind: str) -> Callable[[Context, int, int], Verdict]:
-        return lambda ctx, s, d: judges_bandwidth.p2p_figure(ctx, s, d, kind, provider.p2p(s, d, kind))
+        return lambda ctx, s, d: bandwidth.p2p_figure(ctx, s, d, kind, provider.p2p(s, d, kind))
 
     return {
         "path": topology.pair_path,
@@ -63,7 +62,7 @@ def _pair_judges(run: Run) -> dict[str, Callable[[Context, int, int], Verdict]]:
         "unidirectional": figure("unidirectional"),
         "bidirectional": figure("bidirectional"),
         "latency": figure("latency"),
-        "path_proof": lambda ctx, s, d: judges_bandwidth.path_proof(ctx, s, d, provider.p2p(s, d, "unidirectional")),
+        "path_proof": lambda ctx, s, d: bandwidth.path_proof(ctx, s, d, provider.p2p(s, d, "unidirectional")),
     }
 
 
