@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import DATA, SNAPSHOTS
 
-from pytest_nvlink import judges_platform
 from pytest_nvlink.config import Waiver, load_suite, load_thresholds
-from pytest_nvlink.judges import bandwidth, collectives, nvlink
+from pytest_nvlink.judges import bandwidth, collectives, nvlink, platform
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import CollectiveMeasurement, P2PMeasurement
 from pytest_nvlink.snapshot import load_snapshot, save_snapshot
@@ -35,7 +34,7 @@ JUDGES: list[tuple[str, Callable[[Context], Verdict]]] = [
     ("nvlink.active_links", lambda c: nvlink.nvlink_active_links(c, 0)),
     ("nvlink.version", lambda c: nvlink.nvlink_version(c, 0)),
     ("nvlink.link_speed_min_gbps", lambda c: nvlink.nvlink_speed(c, 0)),
-    ("fabric.required", lambda c: judges_platform.fabric(c, 0)),
+    ("fabric.required", lambda c: platform.fabric(c, 0)),
     ("p2p.unidirectional_min_gbps", lambda c: bandwidth.p2p_figure(c, 0, 1, "unidirectional", UNI)),
     ("p2p.latency_max_us", lambda c: bandwidth.p2p_figure(c, 0, 1, "latency", LATENCY)),
     ("p2p.nvlink_counter_fraction_min", lambda c: bandwidth.path_proof(c, 0, 1, UNI)),
@@ -65,12 +64,12 @@ def test_a_missing_key_fails_and_only_a_waiver_makes_a_check_not_apply(
 def test_pcie_needs_both_keys_or_their_waivers() -> None:
     ctx = context()
     del ctx.thresholds.values["pcie.width_min"]
-    assert judges_platform.pcie_link(ctx, 0).outcome is Outcome.FAIL
+    assert platform.pcie_link(ctx, 0).outcome is Outcome.FAIL
     ctx.thresholds.waivers["pcie.width_min"] = Waiver("pcie.width_min", "why", Path("s.toml"))
-    assert judges_platform.pcie_link(ctx, 0).ok  # the generation is still judged
+    assert platform.pcie_link(ctx, 0).ok  # the generation is still judged
     del ctx.thresholds.values["pcie.generation_min"]
     ctx.thresholds.waivers["pcie.generation_min"] = Waiver("pcie.generation_min", "why", Path("s.toml"))
-    assert judges_platform.pcie_link(ctx, 0).outcome is Outcome.NOT_APPLICABLE
+    assert platform.pcie_link(ctx, 0).outcome is Outcome.NOT_APPLICABLE
 
 
 def test_pcie_only_sku_makes_per_link_checks_not_apply_citing_its_file() -> None:

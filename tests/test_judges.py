@@ -7,9 +7,8 @@ import copy
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink import judges_platform
 from pytest_nvlink.config import load_suite, load_thresholds
-from pytest_nvlink.judges import bandwidth, collectives, inventory, nvlink, topology
+from pytest_nvlink.judges import bandwidth, collectives, inventory, nvlink, platform, topology
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, P2PMeasurement, TransportChannel
 from pytest_nvlink.snapshot import load_snapshot
@@ -187,7 +186,7 @@ def test_degraded_snapshot_topology_verdicts() -> None:
     assert "GPU 3 has only 16 of 18 NVLinks active" in path.message
     p2p = topology.p2p_status(ctx, 2, 6)
     assert "disabled_by_regkey" in p2p.message and "registry key" in p2p.message
-    fabric = judges_platform.fabric(ctx, 0)
+    fabric = platform.fabric(ctx, 0)
     assert "Fabric Manager is not running" in fabric.message
     assert nvlink.nvlink_active_links(ctx, 0).ok
 
@@ -211,7 +210,7 @@ def test_evidence_source_turns_unknown_into_no_evidence() -> None:
     ctx = context()
     ctx.node.source = "evidence"
     ctx.node.gpus[0].fabric = None
-    assert judges_platform.fabric(ctx, 0).outcome is Outcome.NO_EVIDENCE
+    assert platform.fabric(ctx, 0).outcome is Outcome.NO_EVIDENCE
 
 
 def test_lost_gpu_fails_count_and_its_items() -> None:
