@@ -485,7 +485,7 @@ def nvlink_judge(nvlink_run: Run) -> Callable[[Verdict], None]:
 
 
 def _record(item: pytest.Item, run: Run, verdict: Verdict, keep_pairs: bool) -> None:
-    from pytest_nvlink.verdict_groups import pair_records
+    from pytest_nvlink.judges.groups import pair_records
 
     # A per-source item's every pair goes to the results record, not into JUnit's properties.
     item.stash[PAIRS_KEY] = pair_records(verdict) if keep_pairs else None

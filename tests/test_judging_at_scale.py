@@ -14,10 +14,10 @@ from synthetic_node import synthetic_node, write_synthetic
 
 from pytest_nvlink.judges import bandwidth, topology
 from pytest_nvlink.judges.context import Context
+from pytest_nvlink.judges.groups import PairSet, _figure, combine, pair_records
 from pytest_nvlink.provider import RecordedMeasurements
 from pytest_nvlink.run import Run, RunOptions, build_run
 from pytest_nvlink.verdict import Outcome, PassedLater, Verdict, passed
-from pytest_nvlink.verdict_groups import PairSet, _figure, combine, pair_records
 
 PROPS = [("measured", "373"), ("expected", ">= 335.0"), ("unit", "GB/s")]
 

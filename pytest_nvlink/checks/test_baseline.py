@@ -8,11 +8,11 @@ import pytest
 
 from pytest_nvlink.environment import stamp_conditions
 from pytest_nvlink.judges import baseline
+from pytest_nvlink.judges.groups import PairSet
 from pytest_nvlink.model import P2PMeasurement
 from pytest_nvlink.provider import MeasurementProvider
 from pytest_nvlink.run import Run
 from pytest_nvlink.verdict import Verdict
-from pytest_nvlink.verdict_groups import PairSet
 
 pytestmark = pytest.mark.nvlink("baseline")
 

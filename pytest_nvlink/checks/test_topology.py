@@ -8,8 +8,8 @@ import pytest
 
 from pytest_nvlink.judges import topology
 from pytest_nvlink.judges.context import Context
+from pytest_nvlink.judges.groups import PairSet
 from pytest_nvlink.verdict import Verdict
-from pytest_nvlink.verdict_groups import PairSet
 
 pytestmark = pytest.mark.nvlink("topology")
 
