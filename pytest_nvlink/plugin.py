@@ -15,7 +15,7 @@ import pytest
 
 if TYPE_CHECKING:
     # Only for annotations: an inert plugin (no --nvlink-suite) must import nothing of its own at start-up.
-    from pytest_nvlink.judges import Context
+    from pytest_nvlink.judges.context import Context
     from pytest_nvlink.model import Node
     from pytest_nvlink.provider import LiveMeasurements, MeasurementProvider
     from pytest_nvlink.run import Given, Run, RunOptions
@@ -491,7 +491,7 @@ def nvlink_judge() -> Callable[[Verdict], None]:
 
 
 def _record(item: pytest.Item, run: Run, verdict: Verdict, keep_pairs: bool) -> None:
-    from pytest_nvlink.verdict_groups import pair_records
+    from pytest_nvlink.judges.groups import pair_records
 
     # A per-source item's every pair goes to the results record, not into JUnit's properties.
     item.stash[PAIRS_KEY] = pair_records(verdict) if keep_pairs else None

@@ -2,7 +2,7 @@
 
 Registered as a plugin only for a run (``--nvlink-suite``), so its fixtures cost an inert plugin
 nothing. The shipped pair checks take ``nvlink_pairs`` (unordered) or ``nvlink_ordered_pairs``
-(ordered), a :class:`~pytest_nvlink.verdict_groups.PairSet`, and hand its verdict to ``nvlink_judge``;
+(ordered), a :class:`~pytest_nvlink.judges.groups.PairSet`, and hand its verdict to ``nvlink_judge``;
 ``nvlink_pair``/``nvlink_ordered_pair`` (one pair per item, always) stay for users' own tests.
 """
 
@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_nvlink.judges.groups import Pair, PairSet
 from pytest_nvlink.model import pair_id
 from pytest_nvlink.plugin import not_parametrized
-from pytest_nvlink.verdict_groups import Pair, PairSet
 
 if TYPE_CHECKING:
     from pytest_nvlink.config import Suite

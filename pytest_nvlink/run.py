@@ -22,7 +22,7 @@ from pytest_nvlink.config import (
     pick_suite_for,
     shipped_names,
 )
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import Node
 from pytest_nvlink.placeholders import PlaceholderError, expand, placeholder_values
 from pytest_nvlink.placeholders import check as check_placeholders

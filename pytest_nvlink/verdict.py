@@ -41,7 +41,7 @@ class PassedLater(Verdict):
     A 72-GPU domain judges about 30,000 pairs per run and nearly all pass; a per-source item shows
     only its worst pair's words, so writing the others' costs most of the judging. The outcome is
     decided before this is built; ``badness`` is the figure the group ranks pairs by (smaller is
-    worse, as ``verdict_groups`` reads it from the words), None where the pass has no figure.
+    worse, as ``judges.groups`` reads it from the words), None where the pass has no figure.
     """
 
     def __init__(self, words: Words, badness: float | None = None) -> None:

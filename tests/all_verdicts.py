@@ -17,7 +17,7 @@ from pytest_nvlink.checks import (
     test_topology,
 )
 from pytest_nvlink.config import load_suite, load_thresholds
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import Node, gpu_id, pair_id
 from pytest_nvlink.plugin_pairs import pair_sets
 from pytest_nvlink.provider import RecordedMeasurements

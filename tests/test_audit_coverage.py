@@ -19,15 +19,15 @@ from pytest_nvlink.evidence import load_evidence
 TOPO = EVIDENCE / "topo/a100-sxm4-80gb-8gpu-distserve3.txt"
 USER_TESTS = """
 import pytest
-from pytest_nvlink import judges
+from pytest_nvlink.judges import inventory
 
 @pytest.mark.nvlink("inventory")
 def test_forgets_to_judge(nvlink_context):
-    judges.gpu_count(nvlink_context)  # the verdict is built, then dropped
+    inventory.gpu_count(nvlink_context)  # the verdict is built, then dropped
 
 @pytest.mark.nvlink("inventory")
 def test_judges(nvlink_context, nvlink_judge):
-    nvlink_judge(judges.gpu_count(nvlink_context))
+    nvlink_judge(inventory.gpu_count(nvlink_context))
 
 def test_not_an_nvlink_check():
     pass

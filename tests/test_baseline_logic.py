@@ -11,7 +11,7 @@ from conftest import DATA, SNAPSHOTS
 from pytest_nvlink.baseline import Baseline, environment_changes, match_gpus
 from pytest_nvlink.config import ConfigError
 from pytest_nvlink.environment import stamp_environment
-from pytest_nvlink.judges_baseline import _differing_conditions, p2p_pair
+from pytest_nvlink.judges.baseline import _differing_conditions, p2p_pair
 from pytest_nvlink.model import Environment, Gpu, Node
 from pytest_nvlink.run import Run, RunOptions, build_run
 from pytest_nvlink.snapshot import load_snapshot_document, migrate_document

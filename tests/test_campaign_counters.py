@@ -11,10 +11,10 @@ import pytest
 from conftest import SNAPSHOTS, serve_live_node, tiny_collective_thresholds
 from fake_pynvml import make_fake_pynvml
 
-from pytest_nvlink import judges_platform
 from pytest_nvlink.campaign import CampaignWatch
 from pytest_nvlink.config import load_suite, load_thresholds
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges import platform
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import Measurements, Node
 from pytest_nvlink.snapshot import load_snapshot, save_snapshot
 from pytest_nvlink.verdict import Outcome
@@ -79,12 +79,12 @@ def test_pcie_generation_is_sampled_under_load_not_taken_from_the_idle_reading()
     assert [gpu.pcie_gen_loaded for gpu in node.gpus] == [5, 5, 5, 4, 5, 5, 5, 5]
     suite = load_suite("h100-8gpu")
     ctx = Context(node, suite, load_thresholds(suite.thresholds_ref))
-    verdict = judges_platform.pcie_link(ctx, 3)
+    verdict = platform.pcie_link(ctx, 3)
     assert verdict.outcome is Outcome.FAIL
     assert verdict.message.startswith(
         "GPU 3: PCIe generation under load Gen4, below 5 (h100-sxm.toml:pcie.generation_min)"
     )
-    assert judges_platform.pcie_link(ctx, 2).ok
+    assert platform.pcie_link(ctx, 2).ok
 
 
 def test_a_campaign_that_measured_nothing_proves_no_pcie_generation() -> None:

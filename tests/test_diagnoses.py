@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink import judges
 from pytest_nvlink.config import load_suite, load_thresholds
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges import nvlink, topology
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import NvLinkInfo, PairPath
 from pytest_nvlink.snapshot import load_snapshot
 from pytest_nvlink.verdict import Outcome
@@ -39,7 +39,7 @@ def _with_links(ctx: Context, index: int, count: int) -> None:
 def test_more_links_than_the_sku_has_blames_the_suite_not_a_link_down() -> None:
     ctx = _context()
     _with_links(ctx, 2, 20)
-    verdict = judges.nvlink_active_links(ctx, 2)
+    verdict = nvlink.nvlink_active_links(ctx, 2)
     assert verdict.outcome is Outcome.FAIL
     assert verdict.message == (
         "GPU 2: 20 NVLinks active, more than the 18 this SKU has (h100-sxm.toml:nvlink.active_links); a link "
@@ -53,21 +53,21 @@ def test_eighteen_links_judged_against_a_twelve_link_sku() -> None:
     ctx = _context("h100-nvl-4gpu")  # H100 NVL: 12 links per GPU
     expected = int(ctx.thresholds.value("nvlink.active_links"))
     assert expected < 18
-    verdict = judges.nvlink_active_links(ctx, 0)
+    verdict = nvlink.nvlink_active_links(ctx, 0)
     assert verdict.message.startswith(f"GPU 0: 18 NVLinks active, more than the {expected} this SKU has")
 
 
 def test_fewer_links_still_reads_as_a_link_down() -> None:
     ctx = _context()
     _with_links(ctx, 3, 16)
-    assert "likely cause: a link down" in judges.nvlink_active_links(ctx, 3).message
+    assert "likely cause: a link down" in nvlink.nvlink_active_links(ctx, 3).message
 
 
 def _path_verdict(path: str) -> str:
     ctx = _context()
     assert ctx.node.paths is not None
     ctx.node.paths = [p if (p.a, p.b) != (0, 1) else PairPath(0, 1, path) for p in ctx.node.paths]
-    verdict = judges.pair_path(ctx, 0, 1)
+    verdict = topology.pair_path(ctx, 0, 1)
     assert verdict.outcome is Outcome.FAIL
     return verdict.message
 
@@ -84,7 +84,7 @@ def test_bridge_pair_with_more_links_than_the_suite_expects() -> None:
     ctx = _context("h100-nvl-pair")
     expected = ctx.suite.expected_path(0, 1)
     assert ctx.node.paths is not None
-    verdict = judges.pair_path(ctx, 0, 1)  # the healthy HGX node's NV18 against an NV12 bridge suite
+    verdict = topology.pair_path(ctx, 0, 1)  # the healthy HGX node's NV18 against an NV12 bridge suite
     assert verdict.message.startswith(f"GPU 0 <-> GPU 1: path is NV18, expected {expected}")
     assert "PCIe placement" not in verdict.message and "does not describe" in verdict.message
 

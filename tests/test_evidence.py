@@ -352,7 +352,7 @@ def test_merge_keeps_both_sides_and_names_the_conflicting_field() -> None:
 
 
 def test_worst_of_several_figures_is_judged() -> None:
-    from pytest_nvlink.judges_bandwidth import pick_collective
+    from pytest_nvlink.judges.collectives import pick_collective
     from pytest_nvlink.model import CollectiveMeasurement, P2PMeasurement
     from pytest_nvlink.provider import worst_figure
 
@@ -377,7 +377,8 @@ def test_worst_of_several_figures_is_judged() -> None:
 
 def test_p2p_status_of_an_nvlink_pair_needs_the_nvlink_capability(tmp_path: Path) -> None:
     from pytest_nvlink.config import load_suite, load_thresholds
-    from pytest_nvlink.judges import Context, p2p_status
+    from pytest_nvlink.judges.context import Context
+    from pytest_nvlink.judges.topology import p2p_status
     from pytest_nvlink.verdict import Outcome
 
     text = sample(A100_P2P).replace("Device=0 CAN Access Peer Device=1", "Device=0 CANNOT Access Peer Device=1")

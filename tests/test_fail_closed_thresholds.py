@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import DATA, SNAPSHOTS
 
-from pytest_nvlink import judges, judges_bandwidth, judges_platform
 from pytest_nvlink.config import Waiver, load_suite, load_thresholds
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges import bandwidth, collectives, nvlink, platform
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import CollectiveMeasurement, P2PMeasurement
 from pytest_nvlink.snapshot import load_snapshot, save_snapshot
 from pytest_nvlink.verdict import Outcome, Verdict
@@ -31,14 +31,14 @@ def context(snapshot: str = "h100-8gpu-healthy", suite: str = "h100-8gpu") -> Co
 
 
 JUDGES: list[tuple[str, Callable[[Context], Verdict]]] = [
-    ("nvlink.active_links", lambda c: judges.nvlink_active_links(c, 0)),
-    ("nvlink.version", lambda c: judges.nvlink_version(c, 0)),
-    ("nvlink.link_speed_min_gbps", lambda c: judges.nvlink_speed(c, 0)),
-    ("fabric.required", lambda c: judges_platform.fabric(c, 0)),
-    ("p2p.unidirectional_min_gbps", lambda c: judges_bandwidth.p2p_figure(c, 0, 1, "unidirectional", UNI)),
-    ("p2p.latency_max_us", lambda c: judges_bandwidth.p2p_figure(c, 0, 1, "latency", LATENCY)),
-    ("p2p.nvlink_counter_fraction_min", lambda c: judges_bandwidth.path_proof(c, 0, 1, UNI)),
-    ("collectives.all_reduce.busbw_min_gbps", lambda c: judges_bandwidth.collective(c, "all_reduce", [BUSBW])),
+    ("nvlink.active_links", lambda c: nvlink.nvlink_active_links(c, 0)),
+    ("nvlink.version", lambda c: nvlink.nvlink_version(c, 0)),
+    ("nvlink.link_speed_min_gbps", lambda c: nvlink.nvlink_speed(c, 0)),
+    ("fabric.required", lambda c: platform.fabric(c, 0)),
+    ("p2p.unidirectional_min_gbps", lambda c: bandwidth.p2p_figure(c, 0, 1, "unidirectional", UNI)),
+    ("p2p.latency_max_us", lambda c: bandwidth.p2p_figure(c, 0, 1, "latency", LATENCY)),
+    ("p2p.nvlink_counter_fraction_min", lambda c: bandwidth.path_proof(c, 0, 1, UNI)),
+    ("collectives.all_reduce.busbw_min_gbps", lambda c: collectives.collective(c, "all_reduce", [BUSBW])),
 ]
 
 
@@ -64,17 +64,17 @@ def test_a_missing_key_fails_and_only_a_waiver_makes_a_check_not_apply(
 def test_pcie_needs_both_keys_or_their_waivers() -> None:
     ctx = context()
     del ctx.thresholds.values["pcie.width_min"]
-    assert judges_platform.pcie_link(ctx, 0).outcome is Outcome.FAIL
+    assert platform.pcie_link(ctx, 0).outcome is Outcome.FAIL
     ctx.thresholds.waivers["pcie.width_min"] = Waiver("pcie.width_min", "why", Path("s.toml"))
-    assert judges_platform.pcie_link(ctx, 0).ok  # the generation is still judged
+    assert platform.pcie_link(ctx, 0).ok  # the generation is still judged
     del ctx.thresholds.values["pcie.generation_min"]
     ctx.thresholds.waivers["pcie.generation_min"] = Waiver("pcie.generation_min", "why", Path("s.toml"))
-    assert judges_platform.pcie_link(ctx, 0).outcome is Outcome.NOT_APPLICABLE
+    assert platform.pcie_link(ctx, 0).outcome is Outcome.NOT_APPLICABLE
 
 
 def test_pcie_only_sku_makes_per_link_checks_not_apply_citing_its_file() -> None:
     ctx = context("h100-8gpu-vm-pcie", suite="l40s-4gpu")
-    for verdict in (judges.nvlink_version(ctx, 0), judges.nvlink_errors(ctx, 0)):
+    for verdict in (nvlink.nvlink_version(ctx, 0), nvlink.nvlink_errors(ctx, 0)):
         assert verdict.outcome is Outcome.NOT_APPLICABLE
         assert verdict.message == "the SKU has no NVLink (l40s.toml:nvlink.active_links = 0)"
 
@@ -86,12 +86,12 @@ def test_counters_never_read_are_unknown_not_zero() -> None:
     ctx = context()
     for link in ctx.node.gpus[0].nvlinks or []:
         link.errors = {"crc_data": 0}  # live: only the CRC data counter answered
-    verdict = judges.nvlink_errors(ctx, 0)
+    verdict = nvlink.nvlink_errors(ctx, 0)
     assert verdict.outcome is Outcome.FAIL
     assert verdict.message.startswith("could not determine the NVLink error counters of GPU 0: not read: replay")
     assert "recovery (total)" in verdict.message and "ecc_data (total)" in verdict.message
     ctx.node.source = "evidence"  # nvidia-smi nvlink -e printing "Replay Errors: N/A"
-    assert judges.nvlink_errors(ctx, 0).outcome is Outcome.NO_EVIDENCE
+    assert nvlink.nvlink_errors(ctx, 0).outcome is Outcome.NO_EVIDENCE
 
 
 def test_a_sku_without_a_counter_waives_it_instead() -> None:
@@ -99,11 +99,11 @@ def test_a_sku_without_a_counter_waives_it_instead() -> None:
     for link in ctx.node.gpus[0].nvlinks or []:
         assert link.errors is not None
         del link.errors["ecc_data"]
-    assert judges.nvlink_errors(ctx, 0).outcome is Outcome.FAIL
+    assert nvlink.nvlink_errors(ctx, 0).outcome is Outcome.FAIL
     key = "nvlink_errors.ecc_data_total_max"
     del ctx.thresholds.values[key]
     ctx.thresholds.waivers[key] = Waiver(key, "no ECC data counter on this SKU", Path("site.toml"))
-    verdict = judges.nvlink_errors(ctx, 0)
+    verdict = nvlink.nvlink_errors(ctx, 0)
     assert verdict.ok
     assert ("waived_keys", "nvlink_errors.crc_flit_total_max, nvlink_errors.crc_data_total_max, " + key) in (
         verdict.properties
@@ -115,7 +115,7 @@ def test_negative_counters_cannot_cancel_out() -> None:
     links = ctx.node.gpus[5].nvlinks or []
     links[7].errors = {**(links[7].errors or {}), "replay": 3}
     links[8].errors = {**(links[8].errors or {}), "replay": -3}
-    verdict = judges.nvlink_errors(ctx, 5)
+    verdict = nvlink.nvlink_errors(ctx, 5)
     assert verdict.outcome is Outcome.FAIL and "impossible" in verdict.message and "link 8 replay -3" in verdict.message
 
 
@@ -129,7 +129,7 @@ def _totals_only(ctx: Context) -> Context:
 
 
 def test_totals_only_says_what_was_judged() -> None:
-    verdict = judges.nvlink_errors(_totals_only(context()), 0)
+    verdict = nvlink.nvlink_errors(_totals_only(context()), 0)
     assert verdict.ok
     assert "judged: lifetime totals only" in verdict.message
     assert ("errors_judged", "lifetime totals only") in verdict.properties
@@ -142,10 +142,10 @@ def test_nothing_judged_is_not_a_pass() -> None:
         key = f"nvlink_errors.{counter}_total_max"
         del ctx.thresholds.values[key]
         ctx.thresholds.waivers[key] = Waiver(key, "we judge the run increase only", Path("site.toml"))
-    verdict = judges.nvlink_errors(ctx, 0)  # a snapshot without run figures: only totals, all waived
+    verdict = nvlink.nvlink_errors(ctx, 0)  # a snapshot without run figures: only totals, all waived
     assert verdict.outcome is Outcome.FAIL
     assert "nothing was judged: every limit that applies is waived and no increase during a run" in verdict.message
-    assert judges.nvlink_errors(_with_run(ctx, 0, 60.0), 0).ok
+    assert nvlink.nvlink_errors(_with_run(ctx, 0, 60.0), 0).ok
 
 
 def _with_run(ctx: Context, gpu: int, window: float | None, **increase: int) -> Context:
@@ -162,7 +162,7 @@ def _with_run(ctx: Context, gpu: int, window: float | None, **increase: int) -> 
 
 def test_an_old_replay_fails_the_totals_key_and_says_it_predates_the_run() -> None:
     ctx = _with_run(context("h100-8gpu-degraded"), 5, 60.0)
-    verdict = judges.nvlink_errors(ctx, 5)
+    verdict = nvlink.nvlink_errors(ctx, 5)
     assert verdict.outcome is Outcome.FAIL
     assert verdict.message.startswith(
         "GPU 5: NVLink replay errors 3 since the driver loaded (worst on link 7) exceed 0 "
@@ -175,7 +175,7 @@ def test_an_old_replay_fails_the_totals_key_and_says_it_predates_the_run() -> No
 
 def test_a_replay_during_the_run_fails_the_run_key() -> None:
     ctx = _with_run(context(), 2, 60.0, replay=1)
-    verdict = judges.nvlink_errors(ctx, 2)
+    verdict = nvlink.nvlink_errors(ctx, 2)
     assert verdict.outcome is Outcome.FAIL
     assert verdict.message.startswith(
         "GPU 2: NVLink replay errors grew by 1 during this run (worst on link 7), above 0 "
@@ -184,23 +184,23 @@ def test_a_replay_during_the_run_fails_the_run_key() -> None:
 
 
 def test_crc_errors_are_judged_as_a_rate_over_the_campaign() -> None:
-    slow = judges.nvlink_errors(_with_run(context(), 1, 100.0, crc_flit=500), 1)  # 5 per second
+    slow = nvlink.nvlink_errors(_with_run(context(), 1, 100.0, crc_flit=500), 1)  # 5 per second
     assert slow.ok and "the increase during this run and the lifetime totals" in slow.message
     assert ("error_window_s", "100") in slow.properties
-    fast = judges.nvlink_errors(_with_run(context(), 1, 10.0, crc_flit=5000), 1)  # 500 per second
+    fast = nvlink.nvlink_errors(_with_run(context(), 1, 10.0, crc_flit=5000), 1)  # 500 per second
     assert fast.outcome is Outcome.FAIL
     assert "crc_flit errors grew at 500.0/s during this run's 10 s of measurements" in fast.message
     assert "above 100.0/s (nvswitch-common.toml:nvlink_errors.crc_flit_per_s_max)" in fast.message
 
 
 def test_run_deltas_without_a_window_or_for_some_links_only_are_unknown() -> None:
-    no_window = judges.nvlink_errors(_with_run(context(), 1, None, crc_flit=5), 1)
+    no_window = nvlink.nvlink_errors(_with_run(context(), 1, None, crc_flit=5), 1)
     assert (
         no_window.outcome is Outcome.FAIL and "length of the measurement window was not recorded" in no_window.message
     )
     partial = _with_run(context(), 1, 30.0)
     (partial.node.gpus[1].nvlinks or [])[4].errors_run = None
-    verdict = judges.nvlink_errors(partial, 1)
+    verdict = nvlink.nvlink_errors(partial, 1)
     assert verdict.outcome is Outcome.FAIL and "replay (run) on link(s) 4" in verdict.message
 
 

@@ -1,4 +1,4 @@
-"""Rack verdicts (judges_rack) on the shipped GB200 NVL72 snapshots and variants of them, and the suite key."""
+"""Rack verdicts (judges.rack) on the shipped GB200 NVL72 snapshots and variants of them, and the suite key."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink import judges, judges_bandwidth, judges_rack
 from pytest_nvlink.config import ConfigError, load_suite, load_thresholds
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges import bandwidth, collectives, inventory, nvlink, rack, topology
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import Gpu, Node, TransportChannel
 from pytest_nvlink.required_keys import required_keys
 from pytest_nvlink.snapshot import load_snapshot
@@ -73,8 +73,8 @@ def test_gpus_per_host_must_divide_the_gpu_count(tmp_path: Path, value: str, pro
 
 
 def test_a_rack_suite_requires_the_clique_and_send_recv_keys() -> None:
-    rack = required_keys(load_suite("gb200-nvl72"))
-    assert {"fabric.clique_required", "p2p.sendrecv_min_gbps"} <= set(rack)
+    keys = required_keys(load_suite("gb200-nvl72"))
+    assert {"fabric.clique_required", "p2p.sendrecv_min_gbps"} <= set(keys)
     assert "fabric.clique_required" not in required_keys(load_suite("gb200-4gpu"))
     gb300 = load_thresholds("gb300-nvl72")
     assert gb300.value("collectives.all_reduce.busbw_min_gbps") == 800.0
@@ -85,38 +85,38 @@ def test_a_rack_suite_requires_the_clique_and_send_recv_keys() -> None:
 
 
 def test_healthy_rack_passes_every_rack_check(healthy: Context) -> None:
-    verdicts = [judges_rack.rack_trays(healthy)]
+    verdicts = [rack.rack_trays(healthy)]
     for tray in range(18):
-        verdicts += [judges_rack.tray(healthy, tray), judges_rack.rack_clique(healthy, tray)]
-        verdicts.append(judges_rack.rack_sendrecv(healthy, tray))
-    verdicts.append(judges_bandwidth.nccl_transport(healthy, healthy.node.measurements.nccl))
+        verdicts += [rack.tray(healthy, tray), rack.rack_clique(healthy, tray)]
+        verdicts.append(rack.rack_sendrecv(healthy, tray))
+    verdicts.append(collectives.nccl_transport(healthy, healthy.node.measurements.nccl))
     assert [v.message for v in verdicts if not v.ok] == []
     assert "18 trays present" in verdicts[0].message
 
 
 def test_a_missing_tray_fails_as_missing_not_as_a_smaller_rack(healthy: Context) -> None:
     healthy.node.gpus = [g for g in healthy.node.gpus if g.index < 68]
-    _fails(judges_rack.rack_trays(healthy), "tray 17 (GPUs 68-71) missing", "17 of 18 trays")
-    _fails(judges_rack.tray(healthy, 17), "tray 17 missing", "gb200-nvl72.toml:suite.gpu_count = 72")
-    _fails(judges_rack.rack_clique(healthy, 17), "tray 17 missing")
-    _fails(judges.gpu_count(healthy), "found 68: tray 17 missing")
-    _fails(judges.nvlink_active_links(healthy, 70), "tray 17 missing")
-    assert judges_rack.tray(healthy, 16).ok
+    _fails(rack.rack_trays(healthy), "tray 17 (GPUs 68-71) missing", "17 of 18 trays")
+    _fails(rack.tray(healthy, 17), "tray 17 missing", "gb200-nvl72.toml:suite.gpu_count = 72")
+    _fails(rack.rack_clique(healthy, 17), "tray 17 missing")
+    _fails(inventory.gpu_count(healthy), "found 68: tray 17 missing")
+    _fails(nvlink.nvlink_active_links(healthy, 70), "tray 17 missing")
+    assert rack.tray(healthy, 16).ok
 
 
 def test_a_tray_in_another_clique_names_its_host_and_the_majority(healthy: Context) -> None:
     _set_fabric(healthy.node.gpus[20:24], clique_id=9)
-    verdict = judges_rack.rack_clique(healthy, 5)
+    verdict = rack.rack_clique(healthy, 5)
     _fails(
         verdict, "tray 5 (host gb200-r07-c06) is in clique 9 of cluster", "majority (17 of 18 trays) is in clique 32766"
     )
     assert ("threshold_key", "fabric.clique_required") in verdict.properties
-    assert judges_rack.rack_clique(healthy, 4).ok
+    assert rack.rack_clique(healthy, 4).ok
 
 
 def test_a_tray_of_another_cluster_fails_even_with_the_same_clique_id(healthy: Context) -> None:
     _set_fabric(healthy.node.gpus[0:4], cluster_uuid="11111111-2222-3333-4444-555555555555")
-    _fails(judges_rack.rack_clique(healthy, 0), "cluster 11111111-2222-3333-4444-555555555555", "the rack's majority")
+    _fails(rack.rack_clique(healthy, 0), "cluster 11111111-2222-3333-4444-555555555555", "the rack's majority")
 
 
 @pytest.mark.parametrize(
@@ -127,34 +127,34 @@ def test_a_tray_outside_any_multi_node_partition_fails(
     healthy: Context, change: dict[str, object], phrase: str
 ) -> None:
     _set_fabric(healthy.node.gpus[8:12], **change)
-    _fails(judges_rack.rack_clique(healthy, 2), phrase, "not part of a multi-node NVLink partition")
+    _fails(rack.rack_clique(healthy, 2), phrase, "not part of a multi-node NVLink partition")
 
 
 def test_an_unread_clique_fails_closed(healthy: Context) -> None:
     healthy.node.gpus[13].fabric = None
-    _fails(judges_rack.rack_clique(healthy, 3), "could not determine the fabric clique of tray 3")
+    _fails(rack.rack_clique(healthy, 3), "could not determine the fabric clique of tray 3")
 
 
 def test_split_trays_with_no_majority_fail(healthy: Context) -> None:
     _set_fabric(healthy.node.gpus[36:], clique_id=7)
-    _fails(judges_rack.rack_clique(healthy, 0), "no clique holds a majority of the 18 trays")
+    _fails(rack.rack_clique(healthy, 0), "no clique holds a majority of the 18 trays")
 
 
 def test_gpus_without_host_cannot_prove_tray_membership(healthy: Context) -> None:
     healthy.node.gpus[6].host = None
-    _fails(judges_rack.tray(healthy, 1), "could not determine the host of tray 1", "name no host")
-    _fails(judges_rack.rack_trays(healthy), "name no host")
+    _fails(rack.tray(healthy, 1), "could not determine the host of tray 1", "name no host")
+    _fails(rack.rack_trays(healthy), "name no host")
 
 
 def test_a_host_in_two_slots_fails_both_trays(healthy: Context) -> None:
     healthy.node.gpus[4].host = healthy.node.gpus[0].host
-    _fails(judges_rack.tray(healthy, 1), "tray 1 (GPUs 4-7) mixes hosts")
-    _fails(judges_rack.tray(healthy, 0), "has 4 GPU(s) in its slots and 5 on the host")
+    _fails(rack.tray(healthy, 1), "tray 1 (GPUs 4-7) mixes hosts")
+    _fails(rack.tray(healthy, 0), "has 4 GPU(s) in its slots and 5 on the host")
 
 
 def test_a_lost_gpu_fails_its_tray(healthy: Context) -> None:
     healthy.node.gpus[10].problem = "GPU is lost (NVML GpuIsLost)"
-    _fails(judges_rack.tray(healthy, 2), "unusable GPUs: GPU 10: GPU is lost")
+    _fails(rack.tray(healthy, 2), "unusable GPUs: GPU 10: GPU is lost")
 
 
 # --- send/recv and the pair guard ----------------------------------------------------------------------
@@ -163,7 +163,7 @@ def test_a_lost_gpu_fails_its_tray(healthy: Context) -> None:
 def test_a_slow_cross_tray_pair_names_both_gpus_hosts_figure_and_key(healthy: Context) -> None:
     (pair,) = [m for m in healthy.node.measurements.p2p if (m.src, m.dst) == (9, 56)]
     pair.value = 212.6
-    verdict = judges_rack.rack_sendrecv(healthy, 2)
+    verdict = rack.rack_sendrecv(healthy, 2)
     _fails(
         verdict,
         "GPU 9 (gb200-r07-c03, GPU 1 there) <-> GPU 56 (gb200-r07-c15, GPU 0 there)",
@@ -171,39 +171,39 @@ def test_a_slow_cross_tray_pair_names_both_gpus_hosts_figure_and_key(healthy: Co
         "likely cause: links trained down",
     )
     assert ("measured", "212.6") in verdict.properties
-    _fails(judges_rack.rack_sendrecv(healthy, 14), "GPU 56")
-    assert judges_rack.rack_sendrecv(healthy, 3).ok
+    _fails(rack.rack_sendrecv(healthy, 14), "GPU 56")
+    assert rack.rack_sendrecv(healthy, 3).ok
     pair.value = 650.0
-    assert judges_rack.rack_sendrecv(healthy, 2).ok
+    assert rack.rack_sendrecv(healthy, 2).ok
 
 
 def test_pairs_failing_through_one_gpu_name_it(healthy: Context) -> None:
     for m in healthy.node.measurements.p2p:
         if 9 in (m.src, m.dst):
             m.value = 300.0
-    _fails(judges_rack.rack_sendrecv(healthy, 2), "GPU 9 (gb200-r07-c03, GPU 1 there) is in every failing pair")
+    _fails(rack.rack_sendrecv(healthy, 2), "GPU 9 (gb200-r07-c03, GPU 1 there) is in every failing pair")
 
 
 def test_an_unmeasured_pair_fails_and_a_tray_without_cross_pairs_is_unknown(healthy: Context) -> None:
     (pair,) = [m for m in healthy.node.measurements.p2p if (m.src, m.dst) == (9, 56)]
     pair.value, pair.error = None, "rank 9 timed out after 600 s"
-    _fails(judges_rack.rack_sendrecv(healthy, 2), "not measured (rank 9 timed out after 600 s)")
+    _fails(rack.rack_sendrecv(healthy, 2), "not measured (rank 9 timed out after 600 s)")
     healthy.node.measurements.p2p = [m for m in healthy.node.measurements.p2p if m.src // 4 == m.dst // 4]
-    _fails(judges_rack.rack_sendrecv(healthy, 0), "could not determine the send/recv bandwidth between tray 0")
+    _fails(rack.rack_sendrecv(healthy, 0), "could not determine the send/recv bandwidth between tray 0")
 
 
 def test_cross_tray_pairs_are_not_judged_by_one_host_checks(healthy: Context) -> None:
     for verdict in (
-        judges.pair_path(healthy, 3, 4),
-        judges.p2p_status(healthy, 3, 40),
-        judges_bandwidth.p2p_figure(healthy, 0, 71, "unidirectional", None),
-        judges_bandwidth.path_proof(healthy, 5, 9, None),
+        topology.pair_path(healthy, 3, 4),
+        topology.p2p_status(healthy, 3, 40),
+        bandwidth.p2p_figure(healthy, 0, 71, "unidirectional", None),
+        bandwidth.path_proof(healthy, 5, 9, None),
     ):
         assert verdict.outcome is Outcome.NOT_APPLICABLE
         assert "sit on different hosts (gb200-nvl72.toml:suite.gpus_per_host = 4)" in verdict.message
         assert "test_rack_sendrecv" in verdict.message
-    assert judges.pair_path(healthy, 4, 7).ok
-    within = judges_bandwidth.p2p_figure(healthy, 4, 7, "unidirectional", None)
+    assert topology.pair_path(healthy, 4, 7).ok
+    within = bandwidth.p2p_figure(healthy, 4, 7, "unidirectional", None)
     assert within.outcome is Outcome.NOT_APPLICABLE and "waived by gb200-nvl72.toml" in within.message
 
 
@@ -219,7 +219,7 @@ def _channels(ctx: Context) -> list[TransportChannel]:
 def test_net_between_trays_fails_as_rack_traffic_leaving_nvlink(healthy: Context) -> None:
     hop = next(c for c in _channels(healthy) if c.src_rank == 31)
     hop.transport, hop.detail = "NET", "NET/IB/0/GDRDMA"
-    verdict = judges_bandwidth.nccl_transport(healthy, healthy.node.measurements.nccl)
+    verdict = collectives.nccl_transport(healthy, healthy.node.measurements.nccl)
     _fails(
         verdict,
         "rack traffic left NVLink: NCCL used NET between trays on 1 of 36 channel(s)",
@@ -232,12 +232,12 @@ def test_net_between_trays_fails_as_rack_traffic_leaving_nvlink(healthy: Context
 def test_socket_between_trays_fails_and_shm_within_a_tray_fails(healthy: Context) -> None:
     hop = next(c for c in _channels(healthy) if c.src_rank == 3)
     hop.transport, hop.detail = "NET", "NET/Socket/0"
-    _fails(judges_bandwidth.nccl_transport(healthy, healthy.node.measurements.nccl), "via NET/Socket/0")
+    _fails(collectives.nccl_transport(healthy, healthy.node.measurements.nccl), "via NET/Socket/0")
     hop.transport, hop.detail = "P2P", "P2P/MNNVL/read"
     inner = next(c for c in _channels(healthy) if c.src_rank == 1)
     inner.transport, inner.detail = "SHM", "SHM/direct/direct"
     _fails(
-        judges_bandwidth.nccl_transport(healthy, healthy.node.measurements.nccl),
+        collectives.nccl_transport(healthy, healthy.node.measurements.nccl),
         "SHM instead of NVLink P2P within a tray",
     )
 
@@ -245,24 +245,24 @@ def test_socket_between_trays_fails_and_shm_within_a_tray_fails(healthy: Context
 def test_rack_audit_places_channels_by_rank_not_by_per_host_device(healthy: Context) -> None:
     # Device numbers restart on every host (0..3), yet every one of the 72 GPUs counts as seen.
     assert {c.src_dev for c in _channels(healthy)} == {0, 1, 2, 3}
-    assert judges_bandwidth.nccl_transport(healthy, healthy.node.measurements.nccl).ok
+    assert collectives.nccl_transport(healthy, healthy.node.measurements.nccl).ok
     audit = healthy.node.measurements.nccl
     assert audit is not None
     audit.channels = [c for c in audit.channels if c.src_rank < 64 and c.dst_rank < 64]
-    _fails(judges_bandwidth.nccl_transport(healthy, audit), "no channel of GPU(s) 64, 65", "tray(s) 16, 17")
+    _fails(collectives.nccl_transport(healthy, audit), "no channel of GPU(s) 64, 65", "tray(s) 16, 17")
 
 
 def test_without_a_collective_naming_its_ranks_rank_r_is_gpu_r(healthy: Context) -> None:
     healthy.node.measurements.collectives = []
-    assert judges_rack.rank_to_gpu(healthy) == {r: r for r in range(72)}
-    assert judges_bandwidth.nccl_transport(healthy, healthy.node.measurements.nccl).ok
+    assert rack.rank_to_gpu(healthy) == {r: r for r in range(72)}
+    assert collectives.nccl_transport(healthy, healthy.node.measurements.nccl).ok
 
 
 def test_a_site_waiver_of_the_send_recv_floor_makes_the_check_not_apply(healthy: Context, tmp_path: Path) -> None:
     site = tmp_path / "site.toml"
     site.write_text('[waive]\n"p2p.sendrecv_min_gbps" = "pairs are accepted by the vendor burn-in"\n')
     ctx = dataclasses.replace(healthy, thresholds=load_thresholds("gb200-nvl72", site))
-    verdict = judges_rack.rack_sendrecv(ctx, 0)
+    verdict = rack.rack_sendrecv(ctx, 0)
     assert verdict.outcome is Outcome.NOT_APPLICABLE and "vendor burn-in" in verdict.message
 
 
@@ -270,6 +270,6 @@ def test_pairs_failing_through_one_other_tray_name_that_tray(healthy: Context) -
     for m in healthy.node.measurements.p2p:
         if 5 in {m.src // 4, m.dst // 4} and m.src // 4 != m.dst // 4:
             m.value = 46.8
-    verdict = judges_rack.rack_sendrecv(healthy, 4)
+    verdict = rack.rack_sendrecv(healthy, 4)
     _fails(verdict, "tray 5 (gb200-r07-c06) is in every failing pair", "a figure at network speed")
-    assert "tray 5 (gb200-r07-c06) is in every" not in judges_rack.rack_sendrecv(healthy, 5).message
+    assert "tray 5 (gb200-r07-c06) is in every" not in rack.rack_sendrecv(healthy, 5).message

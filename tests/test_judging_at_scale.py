@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from synthetic_node import synthetic_node, write_synthetic
 
-from pytest_nvlink import judges, judges_bandwidth
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges import bandwidth, topology
+from pytest_nvlink.judges.context import Context
+from pytest_nvlink.judges.groups import PairSet, _figure, combine, pair_records
 from pytest_nvlink.provider import RecordedMeasurements
 from pytest_nvlink.run import Run, RunOptions, build_run
 from pytest_nvlink.verdict import Outcome, PassedLater, Verdict, passed
-from pytest_nvlink.verdict_groups import PairSet, _figure, combine, pair_records
 
 PROPS = [("measured", "373"), ("expected", ">= 335.0"), ("unit", "GB/s")]
 
@@ -54,15 +54,15 @@ def _pair_judges(run: Run) -> dict[str, Callable[[Context, int, int], Verdict]]:
     provider = RecordedMeasurements(run.node)
 
     def figure(kind: str) -> Callable[[Context, int, int], Verdict]:
-        return lambda ctx, s, d: judges_bandwidth.p2p_figure(ctx, s, d, kind, provider.p2p(s, d, kind))
+        return lambda ctx, s, d: bandwidth.p2p_figure(ctx, s, d, kind, provider.p2p(s, d, kind))
 
     return {
-        "path": judges.pair_path,
-        "p2p_status": judges.p2p_status,
+        "path": topology.pair_path,
+        "p2p_status": topology.p2p_status,
         "unidirectional": figure("unidirectional"),
         "bidirectional": figure("bidirectional"),
         "latency": figure("latency"),
-        "path_proof": lambda ctx, s, d: judges_bandwidth.path_proof(ctx, s, d, provider.p2p(s, d, "unidirectional")),
+        "path_proof": lambda ctx, s, d: bandwidth.path_proof(ctx, s, d, provider.p2p(s, d, "unidirectional")),
     }
 
 

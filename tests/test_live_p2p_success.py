@@ -11,9 +11,10 @@ import itertools
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink import judges_bandwidth, nvml_probe
+from pytest_nvlink import nvml_probe
 from pytest_nvlink.config import load_suite, load_thresholds
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges import bandwidth
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.measure.cuda_join import cuda_devices_in_child
 from pytest_nvlink.measure.p2p import SimulatedCopyEngine, SimulatedCounters
 from pytest_nvlink.model import Measurements, Node
@@ -61,9 +62,9 @@ def test_successful_campaign_is_judged_pair_by_pair_in_nvml_numbering() -> None:
             assert measured is not None and measured.error is None, (src, dst, kind)
             if kind == "bidirectional":
                 assert measured.bidirectional_sum is True
-            if not judges_bandwidth.p2p_figure(ctx, src, dst, kind, measured).ok:
+            if not bandwidth.p2p_figure(ctx, src, dst, kind, measured).ok:
                 failed[kind].append((src, dst))
-        proof = judges_bandwidth.path_proof(ctx, src, dst, provider.p2p(src, dst, "unidirectional"))
+        proof = bandwidth.path_proof(ctx, src, dst, provider.p2p(src, dst, "unidirectional"))
         if not proof.ok:
             failed["proof"].append((src, dst))
             assert "crossed NVLink" in proof.message or "PCIe" in proof.message, proof.message
@@ -71,7 +72,7 @@ def test_successful_campaign_is_judged_pair_by_pair_in_nvml_numbering() -> None:
     assert failed["bidirectional"] == [(2, 5), (5, 2)]  # one figure per pair, ending with its slow direction
     assert failed["latency"] == []
     assert failed["proof"] == [(6, 7)]
-    verdict = judges_bandwidth.p2p_figure(ctx, 2, 5, "unidirectional", provider.p2p(2, 5, "unidirectional"))
+    verdict = bandwidth.p2p_figure(ctx, 2, 5, "unidirectional", provider.p2p(2, 5, "unidirectional"))
     assert "GPU 2 -> GPU 5: unidirectional bandwidth 99.9 GB/s, below 335.0 GB/s" in verdict.message  # 2 us per copy
     assert [gpu.cuda_index for gpu in ctx.node.gpus] == [7, 6, 5, 4, 3, 2, 1, 0]
 

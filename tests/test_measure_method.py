@@ -15,7 +15,7 @@ from conftest import SNAPSHOTS
 from fake_pynvml import make_fake_pynvml
 from test_judges import context
 
-from pytest_nvlink import judges_bandwidth
+from pytest_nvlink.judges import bandwidth
 from pytest_nvlink.measure import p2p
 from pytest_nvlink.measure.collectives import rank_time_s
 from pytest_nvlink.measure.cuda_engine import BlockerTooShort, CudaCopyEngine, Timed
@@ -152,7 +152,7 @@ def test_collective_time_is_averaged_over_ranks_like_nccl_tests() -> None:
 def test_per_direction_bidirectional_figure_is_judged_as_the_sum() -> None:
     ctx = context()  # h100-sxm: bidirectional_min_gbps = 666 (a sum of both directions)
     per_direction = P2PMeasurement(0, 1, "bidirectional", 370.0, "GB/s", bidirectional_sum=False)
-    verdict = judges_bandwidth.p2p_figure(ctx, 0, 1, "bidirectional", per_direction)
+    verdict = bandwidth.p2p_figure(ctx, 0, 1, "bidirectional", per_direction)
     assert verdict.ok and "bidirectional 740.0 GB/s" in verdict.message
     summed = P2PMeasurement(0, 1, "bidirectional", 370.0, "GB/s", bidirectional_sum=True)
-    assert not judges_bandwidth.p2p_figure(ctx, 0, 1, "bidirectional", summed).ok
+    assert not bandwidth.p2p_figure(ctx, 0, 1, "bidirectional", summed).ok

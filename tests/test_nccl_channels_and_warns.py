@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink import judges_bandwidth
 from pytest_nvlink.config import load_suite, load_thresholds
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges import collectives
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import NcclAudit, TransportChannel
 from pytest_nvlink.parsers import nccl_log
 from pytest_nvlink.snapshot import load_snapshot
@@ -52,7 +52,7 @@ def test_function_group_and_timestamp_do_not_leak_into_other_messages() -> None:
 def test_new_warn_fails_the_transport_audit_naming_both_gpus() -> None:
     ctx = _context("h100-8gpu")
     audit = nccl_log.to_audit(nccl_log.parse(f"{WARN_230}\n{CHANNEL}\n"), "nccl.log")
-    verdict = judges_bandwidth.nccl_transport(ctx, audit)
+    verdict = collectives.nccl_transport(ctx, audit)
     assert verdict.outcome is Outcome.FAIL
     assert "NCCL reports P2P disabled: P2P is disabled between NVLINK connected GPUs 0 and 1" in verdict.message
 
@@ -77,15 +77,15 @@ def test_channel_devices_are_nvml_indices_even_when_cuda_reorders_gpus() -> None
     # h100-nvl-4gpu: NVLink bridges 0-1 and 2-3 only. CUDA_VISIBLE_DEVICES=0,2,1,3 makes NVML GPU 1
     # CUDA device 2. NCCL's "0[0] -> 1[1]" names nvmlDev 0 and 1: the bridged pair, so SHM is a failure.
     ctx = _context("h100-nvl-4gpu", cuda_order=[0, 2, 1, 3])
-    verdict = judges_bandwidth.nccl_transport(ctx, _audit((0, 0, 1, 1, "SHM/direct/direct")))
+    verdict = collectives.nccl_transport(ctx, _audit((0, 0, 1, 1, "SHM/direct/direct")))
     assert verdict.outcome is Outcome.FAIL
     assert "rank 0[GPU 0] -> rank 1[GPU 1] via SHM/direct/direct" in verdict.message
     # "0[0] -> 2[2]" is NVML 0 -> 2, a PCIe pair in this suite: SHM is what NCCL should pick there
     # (the bridged pairs' P2P channels make the log cover every GPU the suite expects on NVLink).
     bridged = ((0, 0, 1, 1, "P2P/CUMEM/read"), (2, 2, 3, 3, "P2P/CUMEM/read"))
-    across = judges_bandwidth.nccl_transport(ctx, _audit(*bridged, (0, 0, 2, 2, "SHM/direct/direct")))
+    across = collectives.nccl_transport(ctx, _audit(*bridged, (0, 0, 2, 2, "SHM/direct/direct")))
     assert across.outcome is Outcome.PASS, across.message
-    assert judges_bandwidth.channel_gpu(2) == 2
+    assert collectives.channel_gpu(2) == 2
 
 
 PAIR_LOG = "\n".join(

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink import judges_bandwidth
 from pytest_nvlink.config import ConfigError, load_suite, load_thresholds
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges import bandwidth
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import P2PMeasurement
 from pytest_nvlink.snapshot import load_snapshot, save_snapshot
 from pytest_nvlink.verdict import Outcome
@@ -34,7 +34,7 @@ def _copy(nvlink: int) -> P2PMeasurement:
     [(10 * GB, Outcome.PASS), (15 * GB, Outcome.PASS), (15 * GB + 1, Outcome.FAIL), (20 * GB, Outcome.FAIL)],
 )
 def test_fraction_above_the_ceiling_fails_as_counter_scale(nvlink: int, outcome: Outcome) -> None:
-    verdict = judges_bandwidth.path_proof(_context(), 0, 1, _copy(nvlink))
+    verdict = bandwidth.path_proof(_context(), 0, 1, _copy(nvlink))
     assert verdict.outcome is outcome
     if outcome is Outcome.FAIL:
         assert "counter scale" in verdict.message
@@ -47,7 +47,7 @@ def test_a_threshold_set_without_the_ceiling_fails_instead_of_passing_unbounded(
     values = dict(ctx.thresholds.values)
     del values["p2p.nvlink_counter_fraction_max"]
     ctx = dataclasses.replace(ctx, thresholds=dataclasses.replace(ctx.thresholds, values=values))
-    verdict = judges_bandwidth.path_proof(ctx, 0, 1, _copy(10 * GB))
+    verdict = bandwidth.path_proof(ctx, 0, 1, _copy(10 * GB))
     assert verdict.outcome is Outcome.FAIL
     assert "neither sets nor waives p2p.nvlink_counter_fraction_max" in verdict.message
 

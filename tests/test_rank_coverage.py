@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from conftest import EVIDENCE, SNAPSHOTS, serve_live_node, tiny_collective_thresholds
 
-from pytest_nvlink import judges_bandwidth, live
+from pytest_nvlink import live
 from pytest_nvlink.config import load_suite, load_thresholds
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges import collectives
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.measure.collectives import CollectiveRun
 from pytest_nvlink.model import CollectiveMeasurement, Gpu, Measurements, Node
 from pytest_nvlink.snapshot import load_snapshot, save_snapshot
@@ -59,24 +60,24 @@ def _replay(pytester: pytest.Pytester, node: Node, *args: str) -> pytest.RunResu
 def test_rank_gap_names_the_gpus(world: int, rank_gpus: list[int] | None, gap: str) -> None:
     node = _healthy()
     m = dataclasses.replace(_all_reduce(node), world_size=world, rank_gpus=rank_gpus)
-    assert judges_bandwidth.rank_gap(_context(node), m) == gap
+    assert collectives.rank_gap(_context(node), m) == gap
 
 
 def test_all_the_suites_gpus_have_no_gap_known_or_not() -> None:
     node = _healthy()
     m = _all_reduce(node)
     assert m.rank_gpus == list(range(8))
-    assert judges_bandwidth.rank_gap(_context(node), m) is None
+    assert collectives.rank_gap(_context(node), m) is None
     # Order does not matter (NCCL ranks need not follow GPU numbers), and unknown identity counts by number.
-    assert judges_bandwidth.rank_gap(_context(node), dataclasses.replace(m, rank_gpus=[7, 6, 5, 4, 3, 2, 1, 0])) is None
-    assert judges_bandwidth.rank_gap(_context(node), dataclasses.replace(m, rank_gpus=None)) is None
+    assert collectives.rank_gap(_context(node), dataclasses.replace(m, rank_gpus=[7, 6, 5, 4, 3, 2, 1, 0])) is None
+    assert collectives.rank_gap(_context(node), dataclasses.replace(m, rank_gpus=None)) is None
 
 
 def test_a_full_figure_wins_over_a_partial_one() -> None:
     node = _healthy()
     full = _all_reduce(node)
     partial = dataclasses.replace(full, world_size=2, rank_gpus=[0, 1], busbw_gbps=900.0)
-    verdict = judges_bandwidth.collective(_context(node), "all_reduce", [partial, full])
+    verdict = collectives.collective(_context(node), "all_reduce", [partial, full])
     assert verdict.outcome is Outcome.PASS
     assert f"busbw {full.busbw_gbps:.1f} GB/s over 8 rank(s) on GPU(s) 0, 1, 2, 3, 4, 5, 6, 7" in verdict.message
 
@@ -148,9 +149,9 @@ def test_nccl_tests_over_all_gpus_records_them(pytester: pytest.Pytester) -> Non
     path = _nccl_tests_over(pytester, 8)
     from pytest_nvlink.evidence import load_evidence
 
-    collectives = load_evidence([path]).measurements.collectives
-    assert collectives
-    assert all(m.rank_gpus == list(range(8)) for m in collectives)
+    results = load_evidence([path]).measurements.collectives
+    assert results
+    assert all(m.rank_gpus == list(range(8)) for m in results)
 
 
 # --- live: a lost or hidden GPU shrinks the ring ------------------------------------------------
@@ -183,7 +184,7 @@ def test_live_collectives_record_the_gpus_of_their_ranks(
     ctx = _context(node)
     results, _ = live.measure_collectives(node, ctx.suite, ctx.thresholds, cuda_of, lambda _: None, backend=backend)
     assert [(m.world_size, m.rank_gpus) for m in results] == [(7, rank_gpus)]
-    verdict = judges_bandwidth.collective(ctx, "all_reduce", results)
+    verdict = collectives.collective(ctx, "all_reduce", results)
     assert verdict.outcome is Outcome.FAIL
     assert "7 of 8 GPUs took part" in verdict.message
 

@@ -10,11 +10,11 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_nvlink import judges_bandwidth
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges import bandwidth
+from pytest_nvlink.judges.context import Context
+from pytest_nvlink.judges.groups import PairSet
 from pytest_nvlink.provider import MeasurementProvider
 from pytest_nvlink.verdict import Verdict
-from pytest_nvlink.verdict_groups import PairSet
 
 pytestmark = pytest.mark.nvlink("bandwidth")
 
@@ -28,7 +28,7 @@ def _judge_figure(context: Context, provider: MeasurementProvider, pairs: PairSe
     def one(src: int, dst: int) -> Verdict:
         # Pairs the suite expects on PCIe are not measured: the verdict says the figure does not apply.
         measurement = provider.p2p(src, dst, kind) if _worth_measuring(context, src, dst) else None
-        return judges_bandwidth.p2p_figure(context, src, dst, kind, measurement)
+        return bandwidth.p2p_figure(context, src, dst, kind, measurement)
 
     return pairs.verdict(one)
 
@@ -69,6 +69,6 @@ def test_p2p_path_proof(
     def one(src: int, dst: int) -> Verdict:
         needed = _worth_measuring(nvlink_context, src, dst)
         measurement = nvlink_measurements.p2p(src, dst, "unidirectional") if needed else None
-        return judges_bandwidth.path_proof(nvlink_context, src, dst, measurement)
+        return bandwidth.path_proof(nvlink_context, src, dst, measurement)
 
     nvlink_judge(nvlink_ordered_pairs.verdict(one))

@@ -6,13 +6,13 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_nvlink import judges_baseline
 from pytest_nvlink.environment import stamp_conditions
+from pytest_nvlink.judges import baseline
+from pytest_nvlink.judges.groups import PairSet
 from pytest_nvlink.model import P2PMeasurement
 from pytest_nvlink.provider import MeasurementProvider
 from pytest_nvlink.run import Run
 from pytest_nvlink.verdict import Verdict
-from pytest_nvlink.verdict_groups import PairSet
 
 pytestmark = pytest.mark.nvlink("baseline")
 
@@ -28,9 +28,9 @@ def test_baseline_p2p(
         # Pairs the suite expects on PCIe are not measured (the verdict says so), nor are pairs with a lost GPU.
         context, suite = nvlink_run.context, nvlink_run.suite
         if context.first_unusable(src, dst) is None and suite.pair_expects_nvlink(src, dst):
-            figures = {kind: nvlink_measurements.p2p(src, dst, kind) for kind in judges_baseline.P2P_KINDS}
+            figures = {kind: nvlink_measurements.p2p(src, dst, kind) for kind in baseline.P2P_KINDS}
             stamp_conditions(nvlink_run)
-        return judges_baseline.p2p_pair(nvlink_run, src, dst, figures)
+        return baseline.p2p_pair(nvlink_run, src, dst, figures)
 
     nvlink_judge(nvlink_ordered_pairs.verdict(one))
 
@@ -43,8 +43,8 @@ def test_baseline_collective(
 ) -> None:
     results = nvlink_measurements.collectives()
     stamp_conditions(nvlink_run)
-    nvlink_judge(judges_baseline.collective(nvlink_run, nvlink_collective, results))
+    nvlink_judge(baseline.collective(nvlink_run, nvlink_collective, results))
 
 
 def test_baseline_facts(nvlink_run: Run, nvlink_gpu_index: int, nvlink_judge: Callable[[Verdict], None]) -> None:
-    nvlink_judge(judges_baseline.gpu_facts(nvlink_run, nvlink_gpu_index))
+    nvlink_judge(baseline.gpu_facts(nvlink_run, nvlink_gpu_index))

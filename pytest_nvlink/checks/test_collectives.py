@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_nvlink import judges_bandwidth
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges import collectives
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.provider import MeasurementProvider
 from pytest_nvlink.verdict import Verdict
 
@@ -21,10 +21,10 @@ def test_collective_busbw(
     nvlink_judge: Callable[[Verdict], None],
 ) -> None:
     results = nvlink_measurements.collectives()
-    nvlink_judge(judges_bandwidth.collective(nvlink_context, nvlink_collective, results))
+    nvlink_judge(collectives.collective(nvlink_context, nvlink_collective, results))
 
 
 def test_nccl_transport(
     nvlink_context: Context, nvlink_measurements: MeasurementProvider, nvlink_judge: Callable[[Verdict], None]
 ) -> None:
-    nvlink_judge(judges_bandwidth.nccl_transport(nvlink_context, nvlink_measurements.nccl()))
+    nvlink_judge(collectives.nccl_transport(nvlink_context, nvlink_measurements.nccl()))

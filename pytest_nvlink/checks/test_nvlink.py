@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_nvlink import judges
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges import nvlink
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.provider import MeasurementProvider
 from pytest_nvlink.verdict import Verdict
 
@@ -17,17 +17,17 @@ pytestmark = pytest.mark.nvlink("nvlink")
 def test_nvlink_active_links(
     nvlink_context: Context, nvlink_gpu_index: int, nvlink_judge: Callable[[Verdict], None]
 ) -> None:
-    nvlink_judge(judges.nvlink_active_links(nvlink_context, nvlink_gpu_index))
+    nvlink_judge(nvlink.nvlink_active_links(nvlink_context, nvlink_gpu_index))
 
 
 def test_nvlink_version(
     nvlink_context: Context, nvlink_gpu_index: int, nvlink_judge: Callable[[Verdict], None]
 ) -> None:
-    nvlink_judge(judges.nvlink_version(nvlink_context, nvlink_gpu_index))
+    nvlink_judge(nvlink.nvlink_version(nvlink_context, nvlink_gpu_index))
 
 
 def test_nvlink_speed(nvlink_context: Context, nvlink_gpu_index: int, nvlink_judge: Callable[[Verdict], None]) -> None:
-    nvlink_judge(judges.nvlink_speed(nvlink_context, nvlink_gpu_index))
+    nvlink_judge(nvlink.nvlink_speed(nvlink_context, nvlink_gpu_index))
 
 
 def test_nvlink_errors(
@@ -38,4 +38,4 @@ def test_nvlink_errors(
 ) -> None:
     # Judged after every campaign of the session, whatever the item order: the increase during the run counts.
     nvlink_measurements.complete()
-    nvlink_judge(judges.nvlink_errors(nvlink_context, nvlink_gpu_index))
+    nvlink_judge(nvlink.nvlink_errors(nvlink_context, nvlink_gpu_index))

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_nvlink import judges_platform
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges import platform
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.provider import MeasurementProvider
 from pytest_nvlink.verdict import Verdict
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.nvlink("platform")
 
 
 def test_fabric(nvlink_context: Context, nvlink_gpu_index: int, nvlink_judge: Callable[[Verdict], None]) -> None:
-    nvlink_judge(judges_platform.fabric(nvlink_context, nvlink_gpu_index))
+    nvlink_judge(platform.fabric(nvlink_context, nvlink_gpu_index))
 
 
 def test_pcie_link(
@@ -26,4 +26,4 @@ def test_pcie_link(
 ) -> None:
     # The generation is judged as sampled under the session's measurement load, so let that load run first.
     nvlink_measurements.complete()
-    nvlink_judge(judges_platform.pcie_link(nvlink_context, nvlink_gpu_index))
+    nvlink_judge(platform.pcie_link(nvlink_context, nvlink_gpu_index))

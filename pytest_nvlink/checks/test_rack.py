@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_nvlink import judges_rack
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges import rack
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.plugin import not_parametrized
 from pytest_nvlink.verdict import Verdict
 
@@ -15,19 +15,19 @@ pytestmark = pytest.mark.nvlink("rack")
 
 
 def test_rack_trays(nvlink_context: Context, nvlink_judge: Callable[[Verdict], None]) -> None:
-    nvlink_judge(judges_rack.rack_trays(nvlink_context))
+    nvlink_judge(rack.rack_trays(nvlink_context))
 
 
 def test_rack_tray(nvlink_context: Context, nvlink_tray: int, nvlink_judge: Callable[[Verdict], None]) -> None:
-    nvlink_judge(judges_rack.tray(nvlink_context, nvlink_tray))
+    nvlink_judge(rack.tray(nvlink_context, nvlink_tray))
 
 
 def test_rack_clique(nvlink_context: Context, nvlink_tray: int, nvlink_judge: Callable[[Verdict], None]) -> None:
-    nvlink_judge(judges_rack.rack_clique(nvlink_context, nvlink_tray))
+    nvlink_judge(rack.rack_clique(nvlink_context, nvlink_tray))
 
 
 def test_rack_sendrecv(nvlink_context: Context, nvlink_tray: int, nvlink_judge: Callable[[Verdict], None]) -> None:
-    nvlink_judge(judges_rack.rack_sendrecv(nvlink_context, nvlink_tray))
+    nvlink_judge(rack.rack_sendrecv(nvlink_context, nvlink_tray))
 
 
 @pytest.fixture

@@ -6,19 +6,19 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_nvlink import judges
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges import topology
+from pytest_nvlink.judges.context import Context
+from pytest_nvlink.judges.groups import PairSet
 from pytest_nvlink.verdict import Verdict
-from pytest_nvlink.verdict_groups import PairSet
 
 pytestmark = pytest.mark.nvlink("topology")
 
 
 def test_path(nvlink_context: Context, nvlink_pairs: PairSet, nvlink_judge: Callable[[Verdict], None]) -> None:
-    nvlink_judge(nvlink_pairs.verdict(lambda a, b: judges.pair_path(nvlink_context, a, b)))
+    nvlink_judge(nvlink_pairs.verdict(lambda a, b: topology.pair_path(nvlink_context, a, b)))
 
 
 def test_p2p_status(
     nvlink_context: Context, nvlink_ordered_pairs: PairSet, nvlink_judge: Callable[[Verdict], None]
 ) -> None:
-    nvlink_judge(nvlink_ordered_pairs.verdict(lambda src, dst: judges.p2p_status(nvlink_context, src, dst)))
+    nvlink_judge(nvlink_ordered_pairs.verdict(lambda src, dst: topology.p2p_status(nvlink_context, src, dst)))

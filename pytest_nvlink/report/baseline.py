@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pytest_nvlink.report.record import ItemResult
     from pytest_nvlink.run import Run
 
-NOT_COMPARED_PROPERTY = "baseline_not_compared"  # judges_baseline: facts the baseline did not record
+NOT_COMPARED_PROPERTY = "baseline_not_compared"  # judges.baseline: facts the baseline did not record
 NOT_COLLECTED = "baseline checks (test_baseline_*): no --nvlink-baseline given"
 
 

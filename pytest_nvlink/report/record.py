@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 # Properties the plugin adds to every verdict's own ones (plugin._record), kept out of ``properties``.
 RUN_PROPERTIES: frozenset[str] = frozenset({"suite", "source", "outcome", "message"})
-IMPROVED_PROPERTY = "baseline_improved"  # judges_baseline's note of a figure better than the baseline
+IMPROVED_PROPERTY = "baseline_improved"  # judges.baseline's note of a figure better than the baseline
 
 
 @dataclass

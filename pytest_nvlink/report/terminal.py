@@ -14,7 +14,7 @@ from typing import Any
 from tabulate import tabulate
 
 from pytest_nvlink.audit import AuditTally, no_verdict_line
-from pytest_nvlink.judges_bandwidth import pick_collective
+from pytest_nvlink.judges.collectives import pick_collective
 from pytest_nvlink.model import Node
 from pytest_nvlink.report.baseline import (
     baseline_header_lines,

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from pytest_nvlink.config import Waiver
+from pytest_nvlink.judges.groups import PairSet, combine, pair_records
 from pytest_nvlink.plugin_pairs import PER_PAIR_UP_TO_GPUS, grouped_by_source, pair_sets
 from pytest_nvlink.verdict import Outcome, Verdict, failed, not_applicable, passed, unknown, waived
-from pytest_nvlink.verdict_groups import PairSet, combine, pair_records
 
 THRESHOLD = [("threshold_key", "p2p.unidirectional_min_gbps"), ("threshold_file", "h100-sxm.toml")]
 SOURCE = PairSet(((17, 3), (17, 9), (17, 40)), ordered=True, grouped=True, suite_file="suite.toml")

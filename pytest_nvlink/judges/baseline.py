@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pytest_nvlink.baseline import Baseline, changes_text
-from pytest_nvlink.judges_bandwidth import pick_collective
+from pytest_nvlink.judges.collectives import pick_collective
 from pytest_nvlink.model import CollectiveMeasurement, Gpu, Node, P2PMeasurement
 from pytest_nvlink.provider import worst_figure
 from pytest_nvlink.verdict import Outcome, Verdict, failed, not_applicable, passed, waived

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_nvlink.judges import Context
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import Gpu, NcclAudit, P2PMeasurement, TransportChannel
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, not_applicable, passed, unknown
 
