@@ -1,11 +1,11 @@
 """``--nvlink-quick``: the health check a Slurm prolog or NHC's ``HealthCheckProgram`` runs on every node.
 
 It judges facts only: inventory, NVLink state and lifetime error counters, topology paths, P2P
-status, fabric registration and, on a rack suite, the trays and their clique. Nothing is measured, so no bandwidth, collective, baseline or
-PCIe-under-load check runs and torch is never imported; a replayed snapshot's figures from a
-measurement campaign (the error growth during it, PCIe sampled under load) are left out too, so a
-quick replay judges what a quick live run would. The output is one line per failure and one
-summary line, for a drain reason or a log grep.
+status, fabric registration and, on a rack suite, the trays and their clique. Nothing is measured,
+so no bandwidth, collective, baseline, PCIe-under-load or send/recv check runs and torch is never
+imported; a replayed snapshot's figures from a measurement campaign (the error growth during it,
+PCIe sampled under load) are left out too, so a quick replay judges what a quick live run would.
+The output is one line per failure and one summary line, for a drain reason or a log grep.
 """
 
 from __future__ import annotations
