@@ -7,7 +7,6 @@ a second ago on this machine or read from a snapshot or a vendor's burn-in log.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from itertools import permutations
 from typing import TYPE_CHECKING, Protocol
 
@@ -40,7 +39,7 @@ class RecordedMeasurements:
         self._node = node
         # One answer per pair and kind, worked out together on the first question: the bandwidth check and
         # the proof of path ask for the same figure, and a 72-GPU node holds ~15,000 of them.
-        self._answers: dict[tuple[int, int, str], P2PMeasurement | None] | None = None
+        self._answers: dict[tuple[int, int, str], P2PMeasurement] | None = None
 
     def p2p(self, src: int, dst: int, kind: str) -> P2PMeasurement | None:
         if kind == "bidirectional" and src > dst:
@@ -59,16 +58,22 @@ class RecordedMeasurements:
         return  # recorded figures are final already
 
 
-def _worst_per_pair(figures: list[P2PMeasurement]) -> dict[tuple[int, int, str], P2PMeasurement | None]:
+def _worst_per_pair(figures: list[P2PMeasurement]) -> dict[tuple[int, int, str], P2PMeasurement]:
     """Each pair and kind's worst recorded figure; a bidirectional one under the pair's lower index first."""
-    found: dict[tuple[int, int, str], list[P2PMeasurement]] = {}
+    answers: dict[tuple[int, int, str], P2PMeasurement] = {}
+    several: dict[tuple[int, int, str], list[P2PMeasurement]] = {}  # most pairs have one figure: no list
     for m in figures:
-        low_first = m.kind == "bidirectional" and m.src > m.dst
-        found.setdefault((m.dst, m.src, m.kind) if low_first else (m.src, m.dst, m.kind), []).append(m)
-    # Among equally bad figures the first is named: those recorded low-index first lead, as listed.
-    return {
-        key: ms[0] if len(ms) == 1 else worst_figure(sorted(ms, key=_recorded_high_first)) for key, ms in found.items()
-    }
+        kind = m.kind
+        key = (m.dst, m.src, kind) if kind == "bidirectional" and m.src > m.dst else (m.src, m.dst, kind)
+        first = answers.setdefault(key, m)
+        if first is not m:
+            several.setdefault(key, [first]).append(m)
+    for key, found in several.items():
+        # Among equally bad figures the first is named: those recorded low-index first lead, as listed.
+        worst = worst_figure(sorted(found, key=_recorded_high_first))
+        if worst is not None:  # found is never empty
+            answers[key] = worst
+    return answers
 
 
 def _recorded_high_first(m: P2PMeasurement) -> bool:
@@ -85,7 +90,17 @@ def worst_figure(found: list[P2PMeasurement]) -> P2PMeasurement | None:
         return found[0] if found else None
     worst = min(found, key=_badness_order)
     others = "; ".join(f"{_shown(m)} from {m.source or 'unknown source'}" for m in found if m is not worst)
-    return replace(worst, source=f"{worst.source or 'unknown source'} (worst of {len(found)} figures; also {others})")
+    return _with_source(worst, f"{worst.source or 'unknown source'} (worst of {len(found)} figures; also {others})")
+
+
+def _with_source(m: P2PMeasurement, source: str) -> P2PMeasurement:
+    """A copy of ``m`` naming another source; the node's own record is left as it was read."""
+    # dataclasses.replace goes through every field and __init__ (~3 us, for each of thousands of pairs
+    # recorded both ways); this plain dataclass is copied by its attributes.
+    copied = object.__new__(P2PMeasurement)
+    copied.__dict__.update(vars(m))
+    copied.source = source
+    return copied
 
 
 def _badness_order(m: P2PMeasurement) -> tuple[int, float]:

@@ -91,7 +91,7 @@ def _shown(value: float, unit: str) -> str:
 
 def _link_capacity(ctx: Context, index: int) -> tuple[float, int] | None:
     """Per-direction GB/s the GPU's active NVLinks can carry and their count; None where not known."""
-    return ctx.remembered(("link_capacity", index, 0), lambda: _summed_links(ctx, index))
+    return ctx.remembered(("link_capacity", index, 0), _summed_links, ctx, index)
 
 
 def _summed_links(ctx: Context, index: int) -> tuple[float, int] | None:
@@ -117,10 +117,10 @@ def _above_link_capacity(
     """A figure the two GPUs' NVLinks cannot carry means the timing is wrong: it must not pass as a fast pair."""
     if kind == "latency":
         return None
-    capacities = [_link_capacity(ctx, src), _link_capacity(ctx, dst)]
-    if None in capacities:
+    at_src, at_dst = _link_capacity(ctx, src), _link_capacity(ctx, dst)
+    if at_src is None or at_dst is None:
         return None
-    narrow, links = min(c for c in capacities if c is not None)
+    narrow, links = min(at_src, at_dst)
     ceiling = max(narrow, PCIE_GEN5_X16_GBPS) * (2 if kind == "bidirectional" else 1)
     if value <= ceiling * CAPACITY_SLACK:
         return None

@@ -48,12 +48,12 @@ class Context:
                 return index
         return None
 
-    def remembered(self, key: tuple[str, int, int], work_out: Callable[[], T]) -> T:
-        """``work_out()`` the first time ``key`` is asked for, the same answer after that."""
+    def remembered(self, key: tuple[str, int, int], work_out: Callable[..., T], *args: object) -> T:
+        """``work_out(*args)`` the first time ``key`` is asked for, the same answer after that."""
         try:
             return self._memo[key]  # type: ignore[return-value]  # stored by this method for this key
         except KeyError:
-            answer = self._memo[key] = work_out()
+            answer = self._memo[key] = work_out(*args)
             return answer
 
     def nvlink_pair_usable(self, src: int, dst: int) -> bool:
@@ -167,7 +167,7 @@ class Context:
 
 def pair_properties(ctx: Context, src: int, dst: int) -> list[tuple[str, str]]:
     """Both ends of a pair by index and, where known, UUID and serial (stable across reboots)."""
-    return list(ctx.remembered(("pair_properties", src, dst), lambda: tuple(_pair_properties(ctx, src, dst))))
+    return list(ctx.remembered(("pair_properties", src, dst), _pair_properties, ctx, src, dst))
 
 
 def _pair_properties(ctx: Context, src: int, dst: int) -> list[tuple[str, str]]:
