@@ -49,11 +49,12 @@ def topology_matrix(run: Run) -> str:
 def topology_summary(run: Run) -> list[str]:
     """Pairs per path class over the domain, then one row for each GPU with a cell that differs from the suite."""
     node, count = run.node, _gpu_count(run)
-    classes: Counter[str] = Counter()
+    # A cell reads the same from either GPU: each pair is worked out once, for both rows.
+    upper = {(a, b): _cell(node, run, a, b) for a in range(count) for b in range(a + 1, count)}
+    classes = Counter(upper.values())
     rows = []
     for a in range(count):
-        cells = [(b, _cell(node, run, a, b)) for b in range(count) if b != a]
-        classes.update(cell for b, cell in cells if b > a)
+        cells = [(b, upper[(a, b) if a < b else (b, a)]) for b in range(count) if b != a]
         differing = [f"GPU{b} {cell}" for b, cell in cells if "!" in cell]
         if differing:
             rows.append([f"GPU{a}", len(differing), _first_of(differing)])
