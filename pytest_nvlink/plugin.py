@@ -296,22 +296,32 @@ class _ShapeFilter:
 
 
 def _parametrize(metafunc: pytest.Metafunc, run: Run) -> None:
+    from pytest_nvlink.plugin_pairs import PAIR_FIXTURES
+
+    for name in ("nvlink_gpu_index", *PAIR_FIXTURES, "nvlink_collective", "nvlink_tray"):
+        if name not in metafunc.fixturenames:
+            continue  # each set is worked out only for the checks that take it
+        values, ids = _param_values(run, name)
+        # An empty set (one GPU: no pairs; no collectives listed) is left alone: makeitem drops the item.
+        if values:
+            metafunc.parametrize(name, values, ids=ids)
+
+
+def _param_values(run: Run, name: str) -> tuple[list[Any], list[str]]:
+    """Values and ids of a fixture the run parametrizes, by the suite's expectation, not by what was found:
+    a missing GPU must fail, not vanish."""
     from pytest_nvlink.model import gpu_id
-    from pytest_nvlink.plugin_pairs import pair_params
+    from pytest_nvlink.plugin_pairs import PAIR_FIXTURES, pair_params
 
     count = run.suite.gpu_count
+    if name == "nvlink_gpu_index":
+        return list(range(count)), [gpu_id(i) for i in range(count)]
+    if name in PAIR_FIXTURES:
+        return pair_params(run.suite, name)
+    if name == "nvlink_collective":
+        return list(run.suite.measure.collectives), list(run.suite.measure.collectives)
     trays = count // run.suite.gpus_per_host if run.suite.gpus_per_host else 0  # hosts of a rack suite
-    # Parametrize by the suite's expectation, not by what was found: a missing GPU must fail, not vanish.
-    params: dict[str, tuple[list[Any], list[str]]] = {
-        "nvlink_gpu_index": (list(range(count)), [gpu_id(i) for i in range(count)]),
-        **pair_params(run.suite),
-        "nvlink_collective": (list(run.suite.measure.collectives), list(run.suite.measure.collectives)),
-        "nvlink_tray": (list(range(trays)), [f"tray{t}" for t in range(trays)]),
-    }
-    for name, (values, ids) in params.items():
-        # An empty set (one GPU: no pairs; no collectives listed) is left alone: makeitem drops the item.
-        if name in metafunc.fixturenames and values:
-            metafunc.parametrize(name, values, ids=ids)
+    return list(range(trays)), [f"tray{t}" for t in range(trays)]
 
 
 def _belongs_to(item: object, absent: dict[str, str]) -> bool:

@@ -47,28 +47,28 @@ def pair_sets(suite: Suite, *, ordered: bool) -> list[PairSet]:
     return [PairSet(tuple(pairs), ordered, grouped=True, suite_file=str(suite.file)) for pairs in by_source.values()]
 
 
-def pair_params(suite: Suite) -> dict[str, tuple[list[Any], list[str]]]:
-    """Values and ids of every pair fixture, keyed by fixture name; worked out once per suite, not per check."""
-    cached = _PARAMS.get(id(suite))
+PAIR_FIXTURES: tuple[str, ...] = ("nvlink_pair", "nvlink_ordered_pair", "nvlink_pairs", "nvlink_ordered_pairs")
+
+
+def pair_params(suite: Suite, name: str) -> tuple[list[Any], list[str]]:
+    """Values and ids of pair fixture ``name``; worked out once per suite and fixture, and only when asked for."""
+    key = (id(suite), name)
+    cached = _PARAMS.get(key)
     if cached is None or cached[0] is not suite:
-        cached = _PARAMS[id(suite)] = (suite, _pair_params(suite))
+        cached = _PARAMS[key] = (suite, _pair_params(suite, name))
     return cached[1]
 
 
-_PARAMS: dict[int, tuple[Suite, dict[str, tuple[list[Any], list[str]]]]] = {}
+_PARAMS: dict[tuple[int, str], tuple[Suite, tuple[list[Any], list[str]]]] = {}
 
 
-def _pair_params(suite: Suite) -> dict[str, tuple[list[Any], list[str]]]:
+def _pair_params(suite: Suite, name: str) -> tuple[list[Any], list[str]]:
     count = suite.gpu_count
-    unordered, ordered = list(combinations(range(count), 2)), list(permutations(range(count), 2))
-    sets = {
-        name: pair_sets(suite, ordered=flag) for name, flag in (("nvlink_pairs", False), ("nvlink_ordered_pairs", True))
-    }
-    return {
-        "nvlink_pair": (list(unordered), [pair_id(a, b) for a, b in unordered]),
-        "nvlink_ordered_pair": (list(ordered), [pair_id(a, b) for a, b in ordered]),
-        **{name: (list(values), [s.label for s in values]) for name, values in sets.items()},
-    }
+    if name in ("nvlink_pairs", "nvlink_ordered_pairs"):
+        sets = pair_sets(suite, ordered=name == "nvlink_ordered_pairs")
+        return list(sets), [s.label for s in sets]
+    pairs = list(combinations(range(count), 2) if name == "nvlink_pair" else permutations(range(count), 2))
+    return list(pairs), [pair_id(a, b) for a, b in pairs]
 
 
 @pytest.fixture
