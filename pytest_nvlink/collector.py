@@ -6,7 +6,6 @@ frees it and the cyclic collector's passes over its hundreds of thousands of con
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import gc
 from collections.abc import Callable, Iterator
@@ -32,22 +31,4 @@ def keep_out_of_collections() -> Callable[[], None]:
     it adds what is alive then; any one returned call puts everything back.
     """
     gc.freeze()
-    _at_exit_leave_alone()
     return gc.unfreeze
-
-
-_exit_hook: list[bool] = []
-
-
-def _at_exit_leave_alone() -> None:
-    """At the interpreter's exit, freeze what is still alive, once per process.
-
-    A process that goes on after the run gets its objects back from the cleanup; one that ends with
-    it (the ``pytest`` command) would otherwise walk the whole session graph once more in the exit's
-    last collection and free it object by object, 0.3 s after a 72-GPU replay, for memory the
-    operating system takes back anyway. Reference counting still frees what it can at exit; objects
-    left in reference cycles are not finalized, which Python never promises at exit either.
-    """
-    if not _exit_hook:
-        _exit_hook.append(True)
-        atexit.register(gc.freeze)
