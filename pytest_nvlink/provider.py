@@ -97,7 +97,7 @@ def _with_source(m: P2PMeasurement, source: str) -> P2PMeasurement:
     """A copy of ``m`` naming another source; the node's own record is left as it was read."""
     # dataclasses.replace goes through every field and __init__ (~3 us, for each of thousands of pairs
     # recorded both ways); this plain dataclass is copied by its attributes.
-    copied = object.__new__(P2PMeasurement)
+    copied = object.__new__(type(m))
     copied.__dict__.update(vars(m))
     copied.source = source
     return copied

@@ -44,11 +44,24 @@ class PassedLater(Verdict):
     worse, as ``judges.groups`` reads it from the words), None where the pass has no figure.
     """
 
-    def __init__(self, words: Words, badness: float | None = None) -> None:
-        self.outcome = Outcome.PASS
+    def __init__(
+        self,
+        words: Words | None = None,
+        badness: float | None = None,
+        *,
+        outcome: Outcome = Outcome.PASS,
+        message: str = "",
+        properties: list[tuple[str, str]] | None = None,
+    ) -> None:
+        # The keywords are Verdict's fields, so that dataclasses.replace() works on one of these too.
+        self.outcome = outcome
         self.badness = badness
         self._words: Words | None = words
-        self._written: tuple[str, list[tuple[str, str]]] = ("", [])
+        self._written: tuple[str, list[tuple[str, str]]] = (message, properties if properties is not None else [])
+
+    def __reduce__(self) -> tuple[type[Verdict], tuple[Outcome, str, list[tuple[str, str]]]]:
+        # Copied or pickled as the plain Verdict it reads as, without the judge's context behind its words.
+        return Verdict, (self.outcome, self.message, list(self.properties))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Verdict):

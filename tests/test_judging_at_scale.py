@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import gc
 import math
+import pickle
 import subprocess
 import sys
 from collections.abc import Callable
@@ -42,6 +45,14 @@ def test_a_later_pass_equals_the_same_pass_written_at_once() -> None:
     assert later != passed("other", list(PROPS))
     later.message = "changed"
     assert later.message == "changed" and later.properties == PROPS
+
+
+def test_a_later_pass_copies_pickles_and_replaces_as_the_verdict_it_reads_as() -> None:
+    later = PassedLater(lambda: ("GPU 0 -> GPU 1: P2P read/write/nvlink ok", list(PROPS)))
+    for copied in (copy.copy(later), copy.deepcopy(later), pickle.loads(pickle.dumps(later))):
+        assert type(copied) is Verdict and copied == later
+    replaced = dataclasses.replace(later, message="changed")
+    assert replaced.message == "changed" and replaced.properties == PROPS and replaced.ok
 
 
 @pytest.fixture(scope="module")
