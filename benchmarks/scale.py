@@ -11,11 +11,10 @@ A run of one trivial test is pytest's start-up. Targets: replay / trivial <= 1.5
 the 72-GPU replay <= 5 s over pytest's start-up. ``--pair-rounds`` adds the 72-GPU replay with
 ``[suite] pair_items = "pair"`` (one item per pair, 28,628 items) for comparison.
 
-``--bytecode``: ``cached`` (the default, Python's own) lets the children write bytecode, under a
-cache folder in the temporary directory, warmed by the untimed runs that count the items. ``none`` runs
-them with PYTHONDONTWRITEBYTECODE=1, as some containers do: pytest then parses, assertion-rewrites
-and compiles every module of the plugin (pytest rewrites a pytest11 plugin's whole package) on
-every run, a fixed cost the trivial file does not have.
+The children write bytecode, as Python does by default, under a cache folder in the temporary
+directory (never the checkout's, whose files may be stale), warmed by the untimed runs that count the
+items. A machine that cannot keep bytecode (PYTHONDONTWRITEBYTECODE=1 and none written before) pays
+more: pytest then parses and assertion-rewrites every module of a pytest11 plugin on every run.
 
 ``--other-plugins``: ``off`` (the default) runs both sides with every other installed pytest11
 plugin disabled (``-p no:NAME``): the comparison is pytest alone against pytest with this plugin,
@@ -43,7 +42,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from synthetic_node import synthetic_node, write_synthetic  # noqa: E402
 
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-OWN_DISTRIBUTION = "pytest-nvlink"
+OWN_PACKAGE = "pytest_nvlink."
 TARGET_RATIO = 1.5
 TARGET_OVER_STARTUP_S = 5.0
 
@@ -51,20 +50,15 @@ TARGET_OVER_STARTUP_S = 5.0
 CHILD_ENV: dict[str, str] = dict(os.environ)
 
 
-def _child_env(bytecode: str, folder: Path) -> dict[str, str]:
+def _child_env(folder: Path) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
-    if bytecode == "none":
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-    else:
-        env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")  # the checkout's own __pycache__ stays untouched
+    env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
     return env
 
 
 def _other_plugins_off() -> list[str]:
-    """``-p no:NAME`` for every installed pytest11 plugin of another distribution."""
-    names = sorted(
-        ep.name for ep in entry_points(group="pytest11") if ep.dist is None or ep.dist.name != OWN_DISTRIBUTION
-    )
+    """``-p no:NAME`` for every installed pytest11 plugin but this one."""
+    names = sorted(ep.name for ep in entry_points(group="pytest11") if not ep.value.startswith(OWN_PACKAGE))
     return [arg for name in names for arg in ("-p", f"no:{name}")]
 
 
@@ -117,9 +111,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="A/B rounds per size (medians over these)")
     parser.add_argument("--pair-rounds", type=int, default=1, help="rounds of the per-pair 72-GPU replay (0: none)")
     parser.add_argument(
-        "--bytecode", choices=("cached", "none"), default="cached", help="children write bytecode (default) or not"
-    )
-    parser.add_argument(
         "--other-plugins", choices=("off", "on"), default="off", help="other pytest11 plugins disabled (default)"
     )
     args = parser.parse_args(argv)
@@ -128,9 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="nvlink-scale-") as temporary:
         folder = Path(temporary)
         CHILD_ENV.clear()
-        CHILD_ENV.update(_child_env(args.bytecode, folder))
+        CHILD_ENV.update(_child_env(folder))
         off = " ".join(disabled[1::2]) or "none disabled"
-        print(f"bytecode: {args.bytecode}; other pytest plugins: {args.other_plugins} ({off})")
+        print(f"other pytest plugins: {args.other_plugins} ({off})")
         _timed([str(_trivial_file(folder, 1))], folder)  # warm-up: pytest's own modules
         startup = [_timed([str(_trivial_file(folder, 1))], folder) for _ in range(args.rounds)]
         print(f"pytest start-up (1 trivial item): wall {_median(startup, 0):.2f} s, CPU {_median(startup, 1):.2f} s")
