@@ -174,8 +174,10 @@ def pytest_configure(config: pytest.Config) -> None:
         check_output_templates(config, setting)
         run = build_run(*_worker_source(config, options))
         config.stash[RUN_KEY] = run
-        # Cleanups run last-first: pytest's own end-of-run collection (registered after this) then skips the node.
+        # Cleanups run last-first: pytest's own end-of-run collection (registered after this) then skips the node,
+        # and the run is let go while still frozen, so neither the unfreeze nor the exit walks the node.
         config.add_cleanup(keep_out_of_collections())
+        config.add_cleanup(lambda: config.stash.__delitem__(RUN_KEY))
         # Hooks that only a run needs are registered here, so the inert plugin adds no call per test.
         config.pluginmanager.register(_ShapeFilter(), "nvlink-shape-filter")
         config.pluginmanager.register(_JudgedCheck(), "nvlink-judged-check")

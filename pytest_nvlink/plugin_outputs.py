@@ -6,6 +6,7 @@ rendering itself lives in ``pytest_nvlink.report`` and imports nothing from pyte
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,11 +86,27 @@ def _start_tally(config: pytest.Config) -> None:
     config.pluginmanager.register(_AuditRecorder(tally, log), "nvlink-audit-tally")
 
 
-class SessionOutputs:
-    """The run's session hooks: JUnit properties at the start; verdict fixes, saves and reports at the end."""
+class HoldsRunWeakly:
+    """A plugin object that reads the run without keeping it alive.
+
+    pluggy keeps every registered plugin for the life of its plugin manager (in the call history of
+    ``pytest_plugin_registered``); the session's stash alone owns the run, so that the node (~400,000
+    objects at 72 GPUs) can be let go when the session ends.
+    """
 
     def __init__(self, run: Run) -> None:
-        self.run = run
+        self._run = weakref.ref(run)
+
+    @property
+    def run(self) -> Run:
+        run = self._run()
+        if run is None:
+            raise RuntimeError("pytest-nvlink: the run was let go when its session ended")
+        return run
+
+
+class SessionOutputs(HoldsRunWeakly):
+    """The run's session hooks: JUnit properties at the start; verdict fixes, saves and reports at the end."""
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         # The JUnit <testsuite> properties go straight to pytest's LogXML (what record_testsuite_property
@@ -207,11 +224,11 @@ def _save(session: pytest.Session, node: Node, path: Path) -> None:
     session.config.stash[SAVED_KEY] = line
 
 
-class _HtmlExtras:
+class _HtmlExtras(HoldsRunWeakly):
     """pytest-html: the picture a failing row is about (heatmap or topology) as an extra on that row."""
 
     def __init__(self, run: Run) -> None:
-        self.run = run
+        super().__init__(run)
         self.rendered: dict[str, str | None] = {}
 
     @pytest.hookimpl(wrapper=True)

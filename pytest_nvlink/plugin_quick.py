@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_nvlink.plugin_outputs import ITEM_LOG_KEY, written_lines
+from pytest_nvlink.plugin_outputs import ITEM_LOG_KEY, HoldsRunWeakly, written_lines
 from pytest_nvlink.quick import QUICK_MODULES, failure_line, keeps, summary_line
 from pytest_nvlink.report.record import FAIL, PASS, item_result, run_verdict
 from pytest_nvlink.run import Run
@@ -35,11 +35,11 @@ def _kept(item: pytest.Item) -> bool:
     return keeps(area, getattr(item, "originalname", item.name))
 
 
-class QuickMode:
+class QuickMode(HoldsRunWeakly):
     """Collection limited to the fact checks, and the terminal lines of a health check."""
 
     def __init__(self, run: Run, checks_dir: Path) -> None:
-        self.run = run
+        super().__init__(run)
         self.checks_dir = checks_dir
         self.failures: list[str] = []
         self.session: pytest.Session | None = None

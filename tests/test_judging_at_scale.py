@@ -9,6 +9,7 @@ import math
 import pickle
 import subprocess
 import sys
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -186,3 +187,33 @@ def test_a_bidirectional_figure_is_the_pairs_worst_whichever_order_recorded_it()
     assert forward.source == "b.txt (worst of 3 figures; also 700 GB/s from a.txt; 700 GB/s from c.txt)"
     assert provider.p2p(1, 0, "unidirectional") is uni and provider.p2p(0, 1, "unidirectional") is None
     assert provider.p2p(0, 2, "latency") is None
+
+
+class _RunWatcher:
+    def __init__(self) -> None:
+        self.runs: list[weakref.ref[object]] = []
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        from pytest_nvlink import plugin  # the module of this run, however pytester imported it
+
+        run = plugin._run(session.config)
+        assert run is not None
+        self.runs.append(weakref.ref(run))
+
+
+def test_the_run_is_let_go_when_its_session_ends(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    # pluggy keeps every registered plugin object as long as its plugin manager: holding the run (and its
+    # node, ~400,000 objects at 72 GPUs) there would keep it for the process's life and for its exit to walk.
+    files = write_synthetic(tmp_path, 24, node=synthetic_node(24))
+    watcher = _RunWatcher()
+    result = pytester.runpytest_inprocess(
+        f"--nvlink-suite={files.suite}",
+        f"--nvlink-replay={files.snapshot}",
+        f"--nvlink-json={tmp_path / 'results.json'}",
+        "-p",
+        "no:cacheprovider",
+        plugins=[watcher],
+    )
+    assert result.ret == 0 and watcher.runs
+    gc.collect()
+    assert watcher.runs[0]() is None
