@@ -112,6 +112,12 @@ def test_a_group_of_later_passes_names_the_worst_and_records_every_pair(run_8: R
     assert all(r["outcome"] == "pass" and r["message"] and r["measured"] for r in records)
 
 
+def _replay_24(folder: Path) -> list[str]:
+    """The arguments of a replay of a healthy synthetic 24-GPU node written into ``folder``."""
+    files = write_synthetic(folder, 24, node=synthetic_node(24))
+    return [f"--nvlink-suite={files.suite}", f"--nvlink-replay={files.snapshot}", "-p", "no:cacheprovider"]
+
+
 class _FrozenAtEnd:
     def __init__(self) -> None:
         self.counts: list[int] = []
@@ -122,16 +128,8 @@ class _FrozenAtEnd:
 
 
 def test_a_run_leaves_nothing_frozen_out_of_the_collector(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    files = write_synthetic(tmp_path, 24, node=synthetic_node(24))
     seen = _FrozenAtEnd()
-    result = pytester.runpytest_inprocess(
-        f"--nvlink-suite={files.suite}",
-        f"--nvlink-replay={files.snapshot}",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        plugins=[seen],
-    )
+    result = pytester.runpytest_inprocess(*_replay_24(tmp_path), "-q", plugins=[seen])
     assert result.ret == 0
     # The node, the items and their reports are out of the collector's passes while the session ends ...
     assert seen.counts and seen.counts[0] > 10_000
@@ -204,16 +202,9 @@ class _RunWatcher:
 def test_the_run_is_let_go_when_its_session_ends(pytester: pytest.Pytester, tmp_path: Path) -> None:
     # pluggy keeps every registered plugin object as long as its plugin manager: holding the run (and its
     # node, ~400,000 objects at 72 GPUs) there would keep it for the process's life and for its exit to walk.
-    files = write_synthetic(tmp_path, 24, node=synthetic_node(24))
     watcher = _RunWatcher()
-    result = pytester.runpytest_inprocess(
-        f"--nvlink-suite={files.suite}",
-        f"--nvlink-replay={files.snapshot}",
-        f"--nvlink-json={tmp_path / 'results.json'}",
-        "-p",
-        "no:cacheprovider",
-        plugins=[watcher],
-    )
+    json_file = tmp_path / "results.json"
+    result = pytester.runpytest_inprocess(*_replay_24(tmp_path), f"--nvlink-json={json_file}", plugins=[watcher])
     assert result.ret == 0 and watcher.runs
     gc.collect()
     assert watcher.runs[0]() is None
