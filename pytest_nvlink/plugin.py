@@ -177,7 +177,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # Cleanups run last-first: pytest's own end-of-run collection (registered after this) then skips the node,
         # and the run is let go while still frozen, so neither the unfreeze nor the exit walks the node.
         config.add_cleanup(keep_out_of_collections())
-        config.add_cleanup(lambda: config.stash.__delitem__(RUN_KEY))
+        config.add_cleanup(lambda: _forget_run(config))
         # Hooks that only a run needs are registered here, so the inert plugin adds no call per test.
         config.pluginmanager.register(_ShapeFilter(), "nvlink-shape-filter")
         config.pluginmanager.register(_JudgedCheck(), "nvlink-judged-check")
@@ -192,6 +192,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_nvlink import plugin_pairs
 
     config.pluginmanager.register(plugin_pairs, "nvlink-pairs")
+
+
+def _forget_run(config: pytest.Config) -> None:
+    del config.stash[RUN_KEY]
 
 
 def _live_probe() -> Node:
@@ -322,6 +326,8 @@ def _param_values(run: Run, name: str) -> tuple[list[Any], list[str]]:
         return pair_params(run.suite, name)
     if name == "nvlink_collective":
         return list(run.suite.measure.collectives), list(run.suite.measure.collectives)
+    if name != "nvlink_tray":
+        raise ValueError(f"{name} is not a fixture the run parametrizes")
     trays = count // run.suite.gpus_per_host if run.suite.gpus_per_host else 0  # hosts of a rack suite
     return list(range(trays)), [f"tray{t}" for t in range(trays)]
 
