@@ -13,6 +13,7 @@ import functools
 import math
 import types
 import typing
+from collections.abc import Sequence
 from typing import Any, Union
 
 # Fields whose value must be strictly positive: a rate, a duration, a size, a generation.
@@ -88,7 +89,7 @@ def must_be_positive(name: str) -> bool:
     return name in _POSITIVE
 
 
-def surely_possible(positive: tuple[float, ...], not_negative: tuple[float, ...] = ()) -> bool:
+def surely_possible(positive: Sequence[float], not_negative: Sequence[float] = ()) -> bool:
     """True when no number (ints and floats, no bools) can break a rule of :func:`value_problems`.
 
     A quick answer for a whole record at once, its numbers grouped by field (see :func:`must_be_positive`):

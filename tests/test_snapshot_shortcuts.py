@@ -1,7 +1,8 @@
 """The snapshot reader's shortcuts read a file exactly as the long way does.
 
-Records of an all-plain shape are built by position with their numbers judged on the way, the value
-walk runs only when a number might be impossible, and orjson decodes when installed. Every test runs
+Records of an all-plain shape are built by position with their numbers judged on the way, a long list
+of such records is looked at field by field across the list, the value walk runs only when a number
+might be impossible, and orjson decodes when installed. Every test runs
 with orjson and with the standard library's decoder; the property test compares each outcome (the
 node, or the error's file:path and message) with the long way: no shortcuts, the walk always run.
 """
@@ -166,7 +167,9 @@ def _outcome(path: Path, *, shortcuts: bool) -> str | dict[str, Any]:
     with pytest.MonkeyPatch.context() as patch:
         if not shortcuts:
             plan_of = snapshot._plan_of
-            patch.setattr(snapshot, "_plan_of", lambda cls: dataclasses.replace(plan_of(cls), shortcuts={}))
+            patch.setattr(
+                snapshot, "_plan_of", lambda cls: dataclasses.replace(plan_of(cls), shortcuts={}, columns=None)
+            )
             patch.setattr(snapshot._ClassPlan, "learn", lambda self, shape: None)
             patch.setattr(snapshot, "_Reading", _AlwaysSuspect)
             patch.setattr(snapshot, "_fast_decoder", lambda: None)
@@ -194,7 +197,11 @@ FIELDS = st.sampled_from(
 )
 NUMBERS = [math.nan, math.inf, -math.inf, -1, -1.5, 0, 0.0, -0.0, 1, 2.5, 10**20, -(10**19)]
 VALUES = st.sampled_from(
-    [*NUMBERS, True, False, None, "x", {"replay": -1}, {"replay": 0}, {"size_mib": 1}, [1], [], {}, "<delete>"]
+    [
+        *NUMBERS,
+        *(True, False, None, "x", {"replay": -1}, {"replay": 0}, {"size_mib": 1}, {"size_mib": None}, [1], [], {}),
+        *("<delete>", "<the record a list>", "<the record a number>"),
+    ]
 )
 
 
@@ -207,11 +214,48 @@ def test_any_change_reads_as_the_long_way_reads_it(
     for where, at, field, value in changes:
         records: Any = document["node"]
         for key in where:
+            if isinstance(key, str) and not isinstance(records, dict):
+                break  # an earlier change replaced a record on the way
             records = records[key]
-        record = records[at % len(records)]
-        if value == "<delete>":
-            record.pop(field, None)
         else:
-            record[field] = copy.deepcopy(value)
+            _change(records, at, field, value)
     path = _write(tmp_path, document)
     assert _outcome(path, shortcuts=True) == _outcome(path, shortcuts=False)
+
+
+def _change(records: list[Any], at: int, field: str, value: object) -> None:
+    record = records[at % len(records)]
+    if not isinstance(record, dict):  # an earlier change replaced it
+        return
+    if value in ("<the record a list>", "<the record a number>"):
+        records[at % len(records)] = list(record.values()) if value == "<the record a list>" else 7
+    elif value == "<delete>":
+        record.pop(field, None)
+    else:
+        record[field] = copy.deepcopy(value)
+
+
+def test_a_long_plain_list_is_read_field_by_field_as_record_by_record(document: dict[str, Any]) -> None:
+    """The healthy 8-GPU node's 168 figures take the field-by-field way; one odd record sends them back."""
+    records = document["node"]["measurements"]["p2p"]
+    assert len(records) >= snapshot._COLUMNS_FROM
+    by_field = snapshot._records_by_field(P2PMeasurement, records, snapshot._Reading())
+    one_by_one = [snapshot.from_json(P2PMeasurement, record, "r") for record in records]
+    assert by_field == one_by_one
+    assert by_field is not None
+    assert by_field[12].conditions is not records[12]["conditions"]
+    for change in ({"value": 373}, {"colour": "red"}, {"conditions": {"size_mib": 256}}, {"src": True}):
+        odd = copy.deepcopy(records)
+        odd[12].update(change)
+        assert snapshot._records_by_field(P2PMeasurement, odd, snapshot._Reading()) is None, change
+
+
+@pytest.mark.parametrize(("field", "value"), [("value", -1.0), ("value", math.nan), ("nvlink_bytes", -5)])
+def test_a_long_list_with_an_impossible_number_is_marked_for_the_walk(
+    document: dict[str, Any], field: str, value: float
+) -> None:
+    records = document["node"]["measurements"]["p2p"]
+    records[40][field] = value
+    reading = snapshot._Reading()
+    assert snapshot._records_by_field(P2PMeasurement, records, reading) is not None
+    assert reading.suspect
