@@ -278,10 +278,14 @@ class _ShapeFilter:
         return self._absent
 
     def pytest_pycollect_makemodule(self, module_path: Path, parent: pytest.Collector) -> pytest.Module | None:
-        # Stable node ids ("nvlink/test_topology.py::...") whatever the venv or checkout location.
+        # Stable node ids ("nvlink/test_topology.py::...") whatever the venv or checkout location. The module
+        # hangs from the session, not from the directories pytest walked down to reach site-packages (a dozen
+        # in a venv): every item's set-up, markers, keywords and reports walk its chain of parents again.
         if module_path.parent != CHECKS_DIR:
             return None
-        return pytest.Module.from_parent(parent, path=module_path, nodeid=f"nvlink/{module_path.name}")
+        return pytest.Module.from_parent(
+            parent.session, path=module_path, nodeid=f"nvlink/{module_path.name}", name=module_path.name
+        )
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         run = _run(metafunc.config)

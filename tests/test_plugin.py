@@ -226,3 +226,42 @@ def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester, option: s
     result = pytester.runpytest("--nvlink-suite=h100-8gpu", "--nvlink-replay=h100-8gpu-healthy", option)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: {message}"])
+
+
+def test_shipped_checks_hang_from_the_session_beside_a_users_scoped_fixtures(pytester: pytest.Pytester) -> None:
+    """The checks' modules hang from the session, whatever folders lead to the installed package; a user's
+    autouse fixtures of every scope still reach them, each set up as often as its scope says."""
+    pytester.makeconftest(
+        """
+        import pytest
+
+        SET_UP = []
+
+        @pytest.fixture(scope="package", autouse=True)
+        def per_package():
+            SET_UP.append("package")
+
+        @pytest.fixture(scope="module", autouse=True)
+        def per_module():
+            SET_UP.append("module")
+
+        def pytest_collection_finish(session):
+            chains = {tuple(type(node).__name__ for node in item.listchain()) for item in session.items}
+            print("chains:", sorted(chains))
+
+        def pytest_sessionfinish(session):
+            print("set up:", SET_UP.count("package"), "package,", SET_UP.count("module"), "module")
+        """
+    )
+    result = pytester.runpytest(
+        "--nvlink-suite=h100-8gpu",
+        f"--nvlink-replay={SNAPSHOTS / 'h100-8gpu-healthy.json'}",
+        "-s",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["chains: [('Session', 'Module', 'Function')]"])
+    modules = {line.split()[0] for line in result.stdout.lines if line.startswith("nvlink/test_")}
+    set_up = next(line for line in result.stdout.lines if "set up:" in line).split("set up:")[1]
+    assert set_up == f" 1 package, {len(modules)} module" and len(modules) > 1
