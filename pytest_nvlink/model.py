@@ -54,7 +54,7 @@ def normalize_pci_bus_id(raw: str) -> str:
     return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{int(function or '0')}"
 
 
-@dataclass
+@dataclass(slots=True)
 class NvLinkInfo:
     """One NVLink of one GPU."""
 
@@ -123,7 +123,7 @@ class Gpu:
         return sum(1 for link in self.nvlinks if link.active)
 
 
-@dataclass
+@dataclass(slots=True)
 class PairPath:
     """The path class between two GPUs (unordered, a < b), as nvidia-smi topo -m prints it."""
 
@@ -132,7 +132,7 @@ class PairPath:
     path: str  # "NV18", "PIX", "PXB", "PHB", "NODE", "SYS"
 
 
-@dataclass
+@dataclass(slots=True)
 class P2PStatus:
     """NVML P2P status for the ordered pair src -> dst; each value "ok" or the NVML reason."""
 
@@ -148,7 +148,7 @@ class P2PStatus:
         return value
 
 
-@dataclass
+@dataclass(slots=True)
 class P2PMeasurement:
     """One figure measured between two GPUs: unidirectional/bidirectional GB/s or latency in µs."""
 

@@ -185,6 +185,25 @@ def test_a_bidirectional_figure_is_the_pairs_worst_whichever_order_recorded_it()
     assert forward.source == "b.txt (worst of 3 figures; also 700 GB/s from a.txt; 700 GB/s from c.txt)"
     assert provider.p2p(1, 0, "unidirectional") is uni and provider.p2p(0, 1, "unidirectional") is None
     assert provider.p2p(0, 2, "latency") is None
+    assert other_way.source == "b.txt"  # the node's own record is left as it was read
+
+
+def test_the_worst_of_several_figures_is_a_copy_of_its_own_class() -> None:
+    from pytest_nvlink.model import P2PMeasurement
+    from pytest_nvlink.provider import worst_figure
+
+    @dataclasses.dataclass(slots=True)
+    class Annotated(P2PMeasurement):
+        note: str = "kept"
+
+    slow = Annotated(0, 1, "unidirectional", 40.0, "GB/s", conditions={"size_mib": "256"}, source="b.txt")
+    fast = P2PMeasurement(0, 1, "unidirectional", 370.0, "GB/s", source="a.txt")
+    for worst in (worst_figure([fast, slow]), worst_figure([slow, fast])):
+        assert type(worst) is Annotated and worst is not slow and worst.note == "kept"
+        assert worst.source == "b.txt (worst of 2 figures; also 370 GB/s from a.txt)"
+        assert dataclasses.replace(worst, source="b.txt") == slow
+    plain = worst_figure([P2PMeasurement(0, 1, "unidirectional", 30.0, "GB/s", nvlink_bytes=7), fast])
+    assert type(plain) is P2PMeasurement and plain.nvlink_bytes == 7 and plain.value == 30.0
 
 
 class _RunWatcher:
