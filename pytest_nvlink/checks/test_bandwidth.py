@@ -30,7 +30,7 @@ def _judge_figure(context: Context, provider: MeasurementProvider, pairs: PairSe
         measurement = provider.p2p(src, dst, kind) if _worth_measuring(context, src, dst) else None
         return bandwidth.p2p_figure(context, src, dst, kind, measurement)
 
-    return pairs.verdict(one)
+    return pairs.verdict(one, lambda group: bandwidth.passing_figures(context, group, kind, provider.p2p))
 
 
 def test_p2p_unidirectional(
@@ -71,4 +71,8 @@ def test_p2p_path_proof(
         measurement = nvlink_measurements.p2p(src, dst, "unidirectional") if needed else None
         return bandwidth.path_proof(nvlink_context, src, dst, measurement)
 
-    nvlink_judge(nvlink_ordered_pairs.verdict(one))
+    nvlink_judge(
+        nvlink_ordered_pairs.verdict(
+            one, lambda pairs: bandwidth.passing_proofs(nvlink_context, pairs, nvlink_measurements.p2p)
+        )
+    )

@@ -6,6 +6,7 @@ snapshot, parsed tool output), so re-judging a saved run against other threshold
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from functools import partial
 
 from pytest_nvlink.config import Threshold
@@ -13,6 +14,7 @@ from pytest_nvlink.judges.context import Context, pair_properties
 from pytest_nvlink.model import P2PMeasurement
 from pytest_nvlink.verdict import PassedLater, Verdict, failed, measured_properties, unknown
 
+FigureOf = Callable[[int, int, str], "P2PMeasurement | None"]  # a provider's p2p(src, dst, kind)
 P2P_KINDS: dict[str, tuple[str, str, str]] = {
     # kind: (threshold key, unit, comparison)
     "unidirectional": ("p2p.unidirectional_min_gbps", "GB/s", "min"),
@@ -69,6 +71,34 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
     )
 
 
+def passing_figures(
+    ctx: Context, pairs: Sequence[tuple[int, int]], kind: str, figure_of: FigureOf
+) -> list[float | None] | None:
+    """Each pair's ranking figure when every pair surely passes :func:`p2p_figure`, else None.
+
+    p2p_figure's pass, tested for a whole source GPU's peers in one loop (a 72-GPU domain asks it 15,336
+    times per run): a usable NVLink pair, the threshold set, a figure within the links' capacity and on
+    the right side of the bound. ``figure_of`` is asked only for usable pairs, as the checks ask.
+    """
+    key, _, comparison = P2P_KINDS[kind]
+    threshold = ctx.thresholds.get(key)
+    if threshold is None:
+        return None
+    bound, usable = threshold.value, ctx.nvlink_pair_usable
+    figures: list[float | None] = []
+    for src, dst in pairs:
+        value = _comparable(figure_of(src, dst, kind)) if usable(src, dst) else None
+        if value is None:
+            return None
+        ceiling = _link_ceiling(ctx, src, dst, kind)
+        if ceiling is not None and value > ceiling[0] * CAPACITY_SLACK:
+            return None
+        if not (value >= bound if comparison == "min" else value <= bound):
+            return None
+        figures.append(value if comparison == "min" else -value)
+    return figures
+
+
 def _figure_props(
     ctx: Context, pair: tuple[int, int], kind: str, m: P2PMeasurement | None, threshold: Threshold
 ) -> list[tuple[str, str]]:
@@ -111,19 +141,25 @@ def _summed_links(ctx: Context, index: int) -> tuple[float, int] | None:
     return (total, count) if count else None
 
 
-def _above_link_capacity(
-    ctx: Context, src: int, dst: int, kind: str, value: float, *, threshold: Threshold
-) -> tuple[str, float] | None:
-    """A figure the two GPUs' NVLinks cannot carry means the timing is wrong: it must not pass as a fast pair."""
+def _link_ceiling(ctx: Context, src: int, dst: int, kind: str) -> tuple[float, int] | None:
+    """The most GB/s the two GPUs' active NVLinks can carry for ``kind`` and the narrower GPU's link count."""
     if kind == "latency":
         return None
     at_src, at_dst = _link_capacity(ctx, src), _link_capacity(ctx, dst)
     if at_src is None or at_dst is None:
         return None
     narrow, links = min(at_src, at_dst)
-    ceiling = max(narrow, PCIE_GEN5_X16_GBPS) * (2 if kind == "bidirectional" else 1)
-    if value <= ceiling * CAPACITY_SLACK:
+    return max(narrow, PCIE_GEN5_X16_GBPS) * (2 if kind == "bidirectional" else 1), links
+
+
+def _above_link_capacity(
+    ctx: Context, src: int, dst: int, kind: str, value: float, *, threshold: Threshold
+) -> tuple[str, float] | None:
+    """A figure the two GPUs' NVLinks cannot carry means the timing is wrong: it must not pass as a fast pair."""
+    found = _link_ceiling(ctx, src, dst, kind)
+    if found is None or value <= found[0] * CAPACITY_SLACK:
         return None
+    ceiling, links = found
     return (
         f"GPU {src} -> GPU {dst}: {_label(kind)} {value:.1f} GB/s is more than the {ceiling:.1f} GB/s "
         f"the NVLinks can carry ({links} active link(s) on the narrower GPU, summed per-link speed"
@@ -218,6 +254,22 @@ def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Ve
         "status, Fabric Manager and VM passthrough of NVLink",
         _proof_props(ctx, (src, dst), m, bounds),
     )
+
+
+def passing_proofs(ctx: Context, pairs: Sequence[tuple[int, int]], figure_of: FigureOf) -> list[float | None] | None:
+    """Each pair's NVLink share when every pair surely passes :func:`path_proof` (same tests, one loop), else None."""
+    floor = ctx.thresholds.get("p2p.nvlink_counter_fraction_min")
+    ceiling = ctx.thresholds.get("p2p.nvlink_counter_fraction_max")
+    if floor is None or ceiling is None:
+        return None
+    usable = ctx.nvlink_pair_usable
+    fractions: list[float | None] = []
+    for src, dst in pairs:
+        fraction = _nvlink_fraction(figure_of(src, dst, "unidirectional")) if usable(src, dst) else None
+        if fraction is None or fraction > ceiling.value or not fraction >= floor.value:
+            return None
+        fractions.append(fraction)
+    return fractions
 
 
 def _proof_props(

@@ -10,14 +10,18 @@ closed). The per-pair verdicts travel with the group into the results record.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pytest_nvlink.model import pair_id
 from pytest_nvlink.verdict import Outcome, PassedLater, Verdict
 
 Pair = tuple[int, int]
 FAILURES_NAMED = 8  # failing peers spelled out in the message; the rest are counted (all are in the record)
+# A judge's quick pass over a group: each pair's ranking figure (None: the pass has none) when every pair
+# surely passes the judge, or None when one might not (the group is then judged pair by pair).
+AllPass = Callable[[Sequence[Pair]], "list[float | None] | None"]
 
 
 @dataclass(frozen=True)
@@ -40,18 +44,64 @@ class PairSet:
             return pair_id(*self.pairs[0])
         return f"gpu{self.source}{'->' if self.ordered else '-'}*"
 
-    def verdict(self, judge: Callable[[int, int], Verdict]) -> Verdict:
-        """The one pair's verdict, or the group's verdict over every pair."""
+    def verdict(self, judge: Callable[[int, int], Verdict], all_pass: AllPass | None = None) -> Verdict:
+        """The one pair's verdict, or the group's verdict over every pair.
+
+        ``all_pass`` is the judge's own pass test run over the whole group in one loop: when it says every
+        pair passes, only the worst pair's verdict is worked out at once, the others when the results
+        record reads them; any doubt, and every pair is judged one by one.
+        """
         if not self.grouped:
             return judge(*self.pairs[0])
+        if all_pass is not None:
+            figures = all_pass(self.pairs)
+            quick = None if figures is None else _passed_together(self, judge, figures)
+            if quick is not None:
+                return quick
         return combine(self, [(pair, judge(*pair)) for pair in self.pairs])
 
 
-@dataclass
 class GroupVerdict(Verdict):
-    """A source GPU's verdict, with every pair's verdict for the results record."""
+    """A source GPU's verdict, with every pair's verdict for the results record (worked out on first read)."""
 
-    pairs: list[tuple[Pair, Verdict]] = field(default_factory=list)
+    def __init__(
+        self,
+        outcome: Outcome,
+        message: str,
+        properties: list[tuple[str, str]] | None = None,
+        pairs: list[tuple[Pair, Verdict]] | None = None,
+        *,
+        later: Callable[[], list[tuple[Pair, Verdict]]] | None = None,
+    ) -> None:
+        super().__init__(outcome, message, properties if properties is not None else [])
+        self._pairs, self._later = pairs, later
+
+    @property
+    def pairs(self) -> list[tuple[Pair, Verdict]]:
+        if self._pairs is None:
+            self._pairs, self._later = (self._later() if self._later is not None else []), None
+        return self._pairs
+
+
+def _passed_together(
+    group: PairSet, judge: Callable[[int, int], Verdict], figures: list[float | None]
+) -> Verdict | None:
+    """The passing group's verdict, as combine() words it, judging only its worst pair now; None if that
+    pair's own verdict disagrees with the quick pass (then every pair is judged)."""
+    if not figures or len(figures) != len(group.pairs):
+        return None
+    ranked = [(figure, at) for at, figure in enumerate(figures) if figure is not None]
+    at = min(ranked)[1] if ranked else 0  # the first of equally bad pairs, as _worst() picks it
+    worst_pair, worst = group.pairs[at], judge(*group.pairs[at])
+    if worst.outcome is not Outcome.PASS or _badness(worst) != figures[at]:
+        return None
+    message = f"{_peers(group)}: all {len(figures)} pairs pass; worst {_named(group, worst_pair, worst.message)}"
+    everyone = functools.partial(_judged_one_by_one, group.pairs, judge)
+    return GroupVerdict(Outcome.PASS, message, _group_properties(worst_pair, worst, []), later=everyone)
+
+
+def _judged_one_by_one(pairs: Sequence[Pair], judge: Callable[[int, int], Verdict]) -> list[tuple[Pair, Verdict]]:
+    return [(pair, judge(*pair)) for pair in pairs]
 
 
 def _arrow(group: PairSet, pair: Pair) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 from pytest_nvlink.config import path_matches
 from pytest_nvlink.judges.context import Context, pair_properties
@@ -37,6 +38,17 @@ def pair_path(ctx: Context, a: int, b: int) -> Verdict:
     if path_matches(expected, actual):
         return PassedLater(functools.partial(_path_passed, ctx, (a, b), actual, expected))
     return failed(_path_message(ctx, (a, b), actual, expected, key), _path_props(ctx, (a, b), actual, expected))
+
+
+def passing_paths(ctx: Context, pairs: Sequence[tuple[int, int]]) -> list[float | None] | None:
+    """One None (no figure to rank by) per pair when every pair surely passes :func:`pair_path`, else None."""
+    for a, b in pairs:
+        if ctx.suite.crosses_hosts(a, b) or ctx.first_unusable(a, b) is not None:
+            return None
+        actual = ctx.node.path(a, b)
+        if actual is None or not path_matches(ctx.suite.expected_path(a, b), actual):
+            return None
+    return [None] * len(pairs)
 
 
 def _path_props(ctx: Context, pair: tuple[int, int], actual: str | None, expected: str) -> list[tuple[str, str]]:
@@ -130,6 +142,16 @@ def p2p_status(ctx: Context, src: int, dst: int) -> Verdict:
         f"{_p2p_cause(ctx.node, bad)}",
         props,
     )
+
+
+def passing_statuses(ctx: Context, pairs: Sequence[tuple[int, int]]) -> list[float | None] | None:
+    """One None per pair when every pair surely passes :func:`p2p_status` (read, write and nvlink ok), else None."""
+    usable, status_of = ctx.nvlink_pair_usable, ctx.node.p2p_status
+    for src, dst in pairs:
+        status = status_of(src, dst) if usable(src, dst) else None
+        if status is None or not status.read == status.write == status.nvlink == "ok":
+            return None
+    return [None] * len(pairs)
 
 
 def _p2p_all_ok(ctx: Context, src: int, dst: int) -> tuple[str, list[tuple[str, str]]]:
