@@ -23,6 +23,11 @@ class UnreadableText(Exception):
 
 def read_text_file(path: Path, max_bytes: int) -> str:
     """The file's UTF-8 text; ``FileNotFoundError``/``OSError`` pass through, other problems are UnreadableText."""
+    return decode_utf8(read_file_bytes(path, max_bytes))
+
+
+def read_file_bytes(path: Path, max_bytes: int) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes``, refused as :func:`read_text_file` refuses it."""
     if path.is_dir():
         raise UnreadableText("is a folder, not a file")
     if path.exists() and not path.is_file():
@@ -32,7 +37,7 @@ def read_text_file(path: Path, max_bytes: int) -> str:
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise UnreadableText(f"is larger than {max_bytes // MIB} MiB, far beyond any file of this kind")
-    return decode_utf8(data)
+    return data
 
 
 def decode_utf8(data: bytes) -> str:

@@ -77,8 +77,9 @@ def test_suite_file_not_utf8(tmp_path: Path) -> None:
         (lambda text: text.replace('"host"', f'"n": {HUGE_INT}, "host"', 1).encode(), "line 8: an integer with 5000"),
         (lambda text: text.replace('"host"', f'"n": {DEEP}, "host"', 1).encode(), "nested too deeply to read"),
         (lambda text: text.replace('"host"', '"hôst"', 1).encode("latin-1"), "line 8, column 5: byte 0xf4 is not"),
+        (lambda text: text.replace('"host"', '"h\x00ost"', 1).encode(), "line 8: NUL byte"),
     ],
-    ids=["utf16", "huge-integer", "deep-nesting", "latin1"],
+    ids=["utf16", "huge-integer", "deep-nesting", "latin1", "nul"],
 )
 def test_snapshot_that_cannot_be_read(tmp_path: Path, make: Any, expected: str) -> None:
     path = tmp_path / "node.json"
@@ -87,6 +88,13 @@ def test_snapshot_that_cannot_be_read(tmp_path: Path, make: Any, expected: str) 
         load_snapshot(path)
     assert str(raised.value).startswith(f"{path}: ")
     assert expected in str(raised.value)
+
+
+def test_snapshot_with_a_utf8_byte_order_mark_reads_as_without(tmp_path: Path) -> None:
+    """orjson reads the bytes and refuses the mark; the text decoding drops it, as for every text file."""
+    path = tmp_path / "node.json"
+    path.write_bytes(b"\xef\xbb\xbf" + (SNAPSHOTS / "h100-8gpu-healthy.json").read_bytes())
+    assert load_snapshot(path) == load_snapshot(SNAPSHOTS / "h100-8gpu-healthy.json")
 
 
 def test_snapshot_that_is_a_device_or_folder(tmp_path: Path) -> None:
