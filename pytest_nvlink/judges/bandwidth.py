@@ -85,12 +85,13 @@ def passing_figures(
     if threshold is None:
         return None
     bound, usable = threshold.value, ctx.nvlink_pair_usable
+    capacities = _link_capacities(ctx) if kind != "latency" else {}
     figures: list[float | None] = []
     for src, dst in pairs:
         value = _comparable(figure_of(src, dst, kind)) if usable(src, dst) else None
         if value is None:
             return None
-        ceiling = _link_ceiling(ctx, src, dst, kind)
+        ceiling = _ceiling(capacities.get(src), capacities.get(dst), kind)  # as _link_ceiling()
         if ceiling is not None and value > ceiling[0] * CAPACITY_SLACK:
             return None
         if not (value >= bound if comparison == "min" else value <= bound):
@@ -119,16 +120,23 @@ def _shown(value: float, unit: str) -> str:
     return f"{value:.1f} {unit}" if unit == "GB/s" else f"{value:.2f} {unit}"
 
 
-def _link_capacity(ctx: Context, index: int) -> tuple[float, int] | None:
-    """Per-direction GB/s the GPU's active NVLinks can carry and their count; None where not known."""
-    return ctx.remembered(("link_capacity", index, 0), _summed_links, ctx, index)
+Capacity = tuple[float, int]  # per-direction GB/s a GPU's active NVLinks can carry, and their count
 
 
-def _summed_links(ctx: Context, index: int) -> tuple[float, int] | None:
+def _link_capacities(ctx: Context) -> dict[int, Capacity | None]:
+    """Every GPU's capacity (None where not known), worked out once: each ordered pair of each bandwidth
+    check asks for two of them."""
+    return ctx.remembered(("link_capacities", 0, 0), _every_gpus_links, ctx)
+
+
+def _every_gpus_links(ctx: Context) -> dict[int, Capacity | None]:
+    return {index: _summed_links(ctx, index) for index in {gpu.index for gpu in ctx.node.gpus}}
+
+
+def _summed_links(ctx: Context, index: int) -> Capacity | None:
     gpu = ctx.node.gpu(index)
     if gpu is None or gpu.nvlinks is None:
         return None
-    # One pass over the links: this runs twice for every ordered pair of every bandwidth check.
     total, count = 0.0, 0
     for link in gpu.nvlinks:
         if link.active is None:
@@ -141,11 +149,15 @@ def _summed_links(ctx: Context, index: int) -> tuple[float, int] | None:
     return (total, count) if count else None
 
 
-def _link_ceiling(ctx: Context, src: int, dst: int, kind: str) -> tuple[float, int] | None:
+def _link_ceiling(ctx: Context, src: int, dst: int, kind: str) -> Capacity | None:
     """The most GB/s the two GPUs' active NVLinks can carry for ``kind`` and the narrower GPU's link count."""
     if kind == "latency":
         return None
-    at_src, at_dst = _link_capacity(ctx, src), _link_capacity(ctx, dst)
+    capacities = _link_capacities(ctx)
+    return _ceiling(capacities.get(src), capacities.get(dst), kind)
+
+
+def _ceiling(at_src: Capacity | None, at_dst: Capacity | None, kind: str) -> Capacity | None:
     if at_src is None or at_dst is None:
         return None
     narrow, links = min(at_src, at_dst)
