@@ -8,7 +8,6 @@ JSON and HTML reports, which are the record a sign-off reads.
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter, defaultdict
 
 from tabulate import tabulate
@@ -150,6 +149,8 @@ def _spread(run: Run, kind: str, values: list[float], floor: float | None) -> st
     where = "the full matrix is in the JSON and HTML reports"
     if not values:
         return f"P2P {kind}: no figure over {_gpu_count(run)} GPUs ({where})"
+    import statistics  # only a domain above 16 GPUs prints a spread; statistics imports fractions and decimal
+
     shown_floor = f", floor {floor:g} GB/s" if floor is not None else ""
     return (
         f"P2P {kind} GB/s over {len(values)} ordered pairs of {_gpu_count(run)} GPUs: lowest {min(values):.1f}, "
