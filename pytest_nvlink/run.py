@@ -6,6 +6,7 @@ The plugin hands this module plain values; every problem with them comes back as
 
 from __future__ import annotations
 
+import functools
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -150,8 +151,9 @@ class Run:
         """The host this run reports: --nvlink-host, else the node's own, else this machine's name."""
         return self.node.host or socket.gethostname()
 
-    @property
+    @functools.cached_property
     def context(self) -> Context:
+        """The judges' one context for this run: its answers about GPUs and pairs are worked out once."""
         return Context(self.node, self.suite, self.thresholds, self.auto_mismatch)
 
     def probe_failed(self) -> bool:

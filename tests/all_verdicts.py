@@ -19,6 +19,7 @@ from pytest_nvlink.checks import (
 from pytest_nvlink.config import load_suite, load_thresholds
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import Node, gpu_id, pair_id
+from pytest_nvlink.plugin import CheckKit
 from pytest_nvlink.plugin_pairs import pair_sets
 from pytest_nvlink.provider import RecordedMeasurements
 from pytest_nvlink.verdict import Outcome, Verdict
@@ -60,15 +61,17 @@ def all_verdicts(node: Node, suite_name: str) -> dict[str, Outcome]:
     """Item id (``test_path[gpu0-gpu1]``) -> outcome, as the plugin would judge ``node`` against the suite."""
     suite = load_suite(suite_name)
     ctx = Context(node, suite, load_thresholds(suite.thresholds_ref))
-    fixtures: dict[str, Any] = {"nvlink_context": ctx, "nvlink_measurements": RecordedMeasurements(node)}
+    provider = RecordedMeasurements(node)
+    fixtures: dict[str, Any] = {"nvlink_context": ctx, "nvlink_measurements": provider}
     outcomes: dict[str, Outcome] = {}
     for name, function in _checks():
         arguments = list(inspect.signature(function).parameters)
-        varying = [a for a in arguments if a not in fixtures and a != "nvlink_judge"]
+        varying = [a for a in arguments if a not in fixtures and a not in ("nvlink_judge", "nvlink_check")]
         cases = _params(ctx, varying[0]) if varying else [("", None)]
         for case_id, value in cases:
             verdicts: list[Verdict] = []
-            kwargs = {**fixtures, "nvlink_judge": verdicts.append}
+            kit = CheckKit(ctx, provider, verdicts.append)
+            kwargs = {**fixtures, "nvlink_judge": verdicts.append, "nvlink_check": kit}
             if varying:
                 kwargs[varying[0]] = value
             function(**{a: kwargs[a] for a in arguments})

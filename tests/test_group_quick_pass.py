@@ -28,6 +28,7 @@ from pytest_nvlink.judges import bandwidth, topology
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.judges.groups import AllPass, Pair, PairSet, pair_records
 from pytest_nvlink.model import Node
+from pytest_nvlink.plugin import CheckKit
 from pytest_nvlink.plugin_pairs import pair_sets
 from pytest_nvlink.provider import RecordedMeasurements
 from pytest_nvlink.run import Run, RunOptions, build_run
@@ -61,11 +62,7 @@ CHECKS: dict[str, Callable[..., None]] = {
 
 def _judged(check: str, context: Context, pairs: PairSet) -> Verdict:
     judged: list[Verdict] = []
-    function = CHECKS[check]
-    if check in ("path", "p2p_status"):
-        function(context, pairs, judged.append)
-    else:
-        function(context, RecordedMeasurements(context.node), pairs, judged.append)
+    CHECKS[check](CheckKit(context, RecordedMeasurements(context.node), judged.append), pairs)
     (verdict,) = judged
     return verdict
 

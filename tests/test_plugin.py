@@ -265,3 +265,29 @@ def test_shipped_checks_hang_from_the_session_beside_a_users_scoped_fixtures(pyt
     modules = {line.split()[0] for line in result.stdout.lines if line.startswith("nvlink/test_")}
     set_up = next(line for line in result.stdout.lines if "set up:" in line).split("set up:")[1]
     assert set_up == f" 1 package, {len(modules)} module" and len(modules) > 1
+
+
+def test_the_shipped_checks_kit_shares_the_sessions_provider_and_judge(pytester: pytest.Pytester) -> None:
+    """nvlink_check bundles the very objects the public fixtures give: one provider, so one live campaign."""
+    pytester.makepyfile(
+        test_mine="""
+        def test_same_objects(nvlink_check, nvlink_context, nvlink_measurements, nvlink_judge):
+            assert nvlink_check.context is nvlink_context
+            assert nvlink_check.measurements is nvlink_measurements
+            assert nvlink_check.judge is nvlink_judge
+
+        def test_first_asks_the_kit(nvlink_check):
+            pass
+
+        def test_then_the_fixture(nvlink_measurements, nvlink_check):
+            assert nvlink_measurements is nvlink_check.measurements
+        """
+    )
+    result = pytester.runpytest(
+        "test_mine.py",
+        "--nvlink-suite=h100-8gpu",
+        f"--nvlink-replay={SNAPSHOTS / 'h100-8gpu-healthy.json'}",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=3)

@@ -6,13 +6,12 @@ Each item judges one ordered pair, or on a large domain every pair from one sour
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 from pytest_nvlink.judges import bandwidth
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.judges.groups import PairSet
+from pytest_nvlink.plugin import CheckKit
 from pytest_nvlink.provider import MeasurementProvider
 from pytest_nvlink.verdict import Verdict
 
@@ -33,46 +32,30 @@ def _judge_figure(context: Context, provider: MeasurementProvider, pairs: PairSe
     return pairs.verdict(one, lambda group: bandwidth.passing_figures(context, group, kind, provider.p2p))
 
 
-def test_p2p_unidirectional(
-    nvlink_context: Context,
-    nvlink_measurements: MeasurementProvider,
-    nvlink_ordered_pairs: PairSet,
-    nvlink_judge: Callable[[Verdict], None],
-) -> None:
-    nvlink_judge(_judge_figure(nvlink_context, nvlink_measurements, nvlink_ordered_pairs, "unidirectional"))
+def test_p2p_unidirectional(nvlink_check: CheckKit, nvlink_ordered_pairs: PairSet) -> None:
+    nvlink_check.judge(
+        _judge_figure(nvlink_check.context, nvlink_check.measurements, nvlink_ordered_pairs, "unidirectional")
+    )
 
 
-def test_p2p_bidirectional(
-    nvlink_context: Context,
-    nvlink_measurements: MeasurementProvider,
-    nvlink_ordered_pairs: PairSet,
-    nvlink_judge: Callable[[Verdict], None],
-) -> None:
-    nvlink_judge(_judge_figure(nvlink_context, nvlink_measurements, nvlink_ordered_pairs, "bidirectional"))
+def test_p2p_bidirectional(nvlink_check: CheckKit, nvlink_ordered_pairs: PairSet) -> None:
+    nvlink_check.judge(
+        _judge_figure(nvlink_check.context, nvlink_check.measurements, nvlink_ordered_pairs, "bidirectional")
+    )
 
 
-def test_p2p_latency(
-    nvlink_context: Context,
-    nvlink_measurements: MeasurementProvider,
-    nvlink_ordered_pairs: PairSet,
-    nvlink_judge: Callable[[Verdict], None],
-) -> None:
-    nvlink_judge(_judge_figure(nvlink_context, nvlink_measurements, nvlink_ordered_pairs, "latency"))
+def test_p2p_latency(nvlink_check: CheckKit, nvlink_ordered_pairs: PairSet) -> None:
+    nvlink_check.judge(_judge_figure(nvlink_check.context, nvlink_check.measurements, nvlink_ordered_pairs, "latency"))
 
 
-def test_p2p_path_proof(
-    nvlink_context: Context,
-    nvlink_measurements: MeasurementProvider,
-    nvlink_ordered_pairs: PairSet,
-    nvlink_judge: Callable[[Verdict], None],
-) -> None:
+def test_p2p_path_proof(nvlink_check: CheckKit, nvlink_ordered_pairs: PairSet) -> None:
     def one(src: int, dst: int) -> Verdict:
-        needed = _worth_measuring(nvlink_context, src, dst)
-        measurement = nvlink_measurements.p2p(src, dst, "unidirectional") if needed else None
-        return bandwidth.path_proof(nvlink_context, src, dst, measurement)
+        needed = _worth_measuring(nvlink_check.context, src, dst)
+        measurement = nvlink_check.measurements.p2p(src, dst, "unidirectional") if needed else None
+        return bandwidth.path_proof(nvlink_check.context, src, dst, measurement)
 
-    nvlink_judge(
+    nvlink_check.judge(
         nvlink_ordered_pairs.verdict(
-            one, lambda pairs: bandwidth.passing_proofs(nvlink_context, pairs, nvlink_measurements.p2p)
+            one, lambda pairs: bandwidth.passing_proofs(nvlink_check.context, pairs, nvlink_check.measurements.p2p)
         )
     )

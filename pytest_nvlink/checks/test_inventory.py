@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 from pytest_nvlink.judges import inventory
-from pytest_nvlink.judges.context import Context
-from pytest_nvlink.verdict import Verdict
+from pytest_nvlink.plugin import CheckKit
 
 pytestmark = pytest.mark.nvlink("inventory")
 
 
 @pytest.mark.nvlink("inventory", gate=True)
-def test_gpu_count(nvlink_context: Context, nvlink_judge: Callable[[Verdict], None]) -> None:
-    nvlink_judge(inventory.gpu_count(nvlink_context))
+def test_gpu_count(nvlink_check: CheckKit) -> None:
+    nvlink_check.judge(inventory.gpu_count(nvlink_check.context))
 
 
-def test_driver(nvlink_context: Context, nvlink_judge: Callable[[Verdict], None]) -> None:
-    nvlink_judge(inventory.driver(nvlink_context))
+def test_driver(nvlink_check: CheckKit) -> None:
+    nvlink_check.judge(inventory.driver(nvlink_check.context))
 
 
-def test_gpu_model(nvlink_context: Context, nvlink_gpu_index: int, nvlink_judge: Callable[[Verdict], None]) -> None:
-    nvlink_judge(inventory.gpu_model(nvlink_context, nvlink_gpu_index))
+def test_gpu_model(nvlink_check: CheckKit, nvlink_gpu_index: int) -> None:
+    nvlink_check.judge(inventory.gpu_model(nvlink_check.context, nvlink_gpu_index))

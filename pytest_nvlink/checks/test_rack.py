@@ -2,32 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 from pytest_nvlink.judges import rack
-from pytest_nvlink.judges.context import Context
-from pytest_nvlink.plugin import not_parametrized
-from pytest_nvlink.verdict import Verdict
+from pytest_nvlink.plugin import CheckKit, not_parametrized
 
 pytestmark = pytest.mark.nvlink("rack")
 
 
-def test_rack_trays(nvlink_context: Context, nvlink_judge: Callable[[Verdict], None]) -> None:
-    nvlink_judge(rack.rack_trays(nvlink_context))
+def test_rack_trays(nvlink_check: CheckKit) -> None:
+    nvlink_check.judge(rack.rack_trays(nvlink_check.context))
 
 
-def test_rack_tray(nvlink_context: Context, nvlink_tray: int, nvlink_judge: Callable[[Verdict], None]) -> None:
-    nvlink_judge(rack.tray(nvlink_context, nvlink_tray))
+def test_rack_tray(nvlink_check: CheckKit, nvlink_tray: int) -> None:
+    nvlink_check.judge(rack.tray(nvlink_check.context, nvlink_tray))
 
 
-def test_rack_clique(nvlink_context: Context, nvlink_tray: int, nvlink_judge: Callable[[Verdict], None]) -> None:
-    nvlink_judge(rack.rack_clique(nvlink_context, nvlink_tray))
+def test_rack_clique(nvlink_check: CheckKit, nvlink_tray: int) -> None:
+    nvlink_check.judge(rack.rack_clique(nvlink_check.context, nvlink_tray))
 
 
-def test_rack_sendrecv(nvlink_context: Context, nvlink_tray: int, nvlink_judge: Callable[[Verdict], None]) -> None:
-    nvlink_judge(rack.rack_sendrecv(nvlink_context, nvlink_tray))
+def test_rack_sendrecv(nvlink_check: CheckKit, nvlink_tray: int) -> None:
+    nvlink_check.judge(rack.rack_sendrecv(nvlink_check.context, nvlink_tray))
 
 
 @pytest.fixture

@@ -2,33 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 from pytest_nvlink.judges import topology
-from pytest_nvlink.judges.context import Context
 from pytest_nvlink.judges.groups import PairSet
-from pytest_nvlink.verdict import Verdict
+from pytest_nvlink.plugin import CheckKit
 
 pytestmark = pytest.mark.nvlink("topology")
 
 
-def test_path(nvlink_context: Context, nvlink_pairs: PairSet, nvlink_judge: Callable[[Verdict], None]) -> None:
-    nvlink_judge(
+def test_path(nvlink_check: CheckKit, nvlink_pairs: PairSet) -> None:
+    nvlink_check.judge(
         nvlink_pairs.verdict(
-            lambda a, b: topology.pair_path(nvlink_context, a, b),
-            lambda pairs: topology.passing_paths(nvlink_context, pairs),
+            lambda a, b: topology.pair_path(nvlink_check.context, a, b),
+            lambda pairs: topology.passing_paths(nvlink_check.context, pairs),
         )
     )
 
 
-def test_p2p_status(
-    nvlink_context: Context, nvlink_ordered_pairs: PairSet, nvlink_judge: Callable[[Verdict], None]
-) -> None:
-    nvlink_judge(
+def test_p2p_status(nvlink_check: CheckKit, nvlink_ordered_pairs: PairSet) -> None:
+    nvlink_check.judge(
         nvlink_ordered_pairs.verdict(
-            lambda src, dst: topology.p2p_status(nvlink_context, src, dst),
-            lambda pairs: topology.passing_statuses(nvlink_context, pairs),
+            lambda src, dst: topology.p2p_status(nvlink_check.context, src, dst),
+            lambda pairs: topology.passing_statuses(nvlink_check.context, pairs),
         )
     )
