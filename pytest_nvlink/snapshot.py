@@ -400,7 +400,7 @@ def _read_column(column: Sequence[Any], rule: _ColumnRule) -> tuple[Sequence[Any
         if not kinds & _NUMBERS:
             return column, ()
         return column, (tuple(filter(_NOT_NONE, column)) if _NONE_TYPE in kinds else column)
-    if inner is None or not kinds <= _DICT_OR_NONE:
+    if inner is None or not kinds <= _DICT | taken:  # None only where the field is optional
         return None
     present = tuple(filter(_NOT_NONE, column)) if _NONE_TYPE in kinds else column
     if not {*map(type, chain.from_iterable(present))} <= _STR:  # the keys
@@ -465,7 +465,7 @@ class _Shortcut:
 _STR = frozenset({str})
 _SCALARS = (str, int, float, bool)
 _NONE_TYPE: type = type(None)
-_DICT_OR_NONE = {dict, _NONE_TYPE}
+_DICT = frozenset({dict})
 _NUMBERS = {int, float}
 _NOT_NONE = functools.partial(operator.is_not, None)
 # Per field of a class read field by field: the value types taken as they are; for a dict field the

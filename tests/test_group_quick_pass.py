@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -281,3 +282,15 @@ def test_only_the_worst_pair_is_judged_until_the_record_reads_the_others(run_12:
     assert records is not None and len(records) == len(group.pairs) == len(judged) - 1
     assert {(r["src"], r["dst"]) for r in records} == set(group.pairs)
     assert topology.passing_paths(context, ()) == []
+
+
+def test_a_quickly_passed_group_copies_and_pickles_with_every_pair(run_12: Run) -> None:
+    """As a group judged pair by pair: a copy or a pickle holds every pair's verdict, not the judge behind them."""
+    context = _context(run_12, copy.deepcopy(run_12.node))
+    group = pair_sets(context.suite, ordered=True)[2]
+    shipped = _judged("latency", context, group)
+    one_by_one = _judged("latency", context, OneByOne(*_fields(group)))
+    assert shipped.__dict__.get("_pairs") is None
+    for copied in (copy.copy(shipped), copy.deepcopy(shipped), pickle.loads(pickle.dumps(shipped))):
+        _same(copied, one_by_one)
+        assert type(copied) is type(shipped)

@@ -259,3 +259,25 @@ def test_a_long_list_with_an_impossible_number_is_marked_for_the_walk(
     reading = snapshot._Reading()
     assert snapshot._records_by_field(P2PMeasurement, records, reading) is not None
     assert reading.suspect
+
+
+@dataclasses.dataclass
+class _Tagged:
+    """A record with a dict field that must be there (no None), as no model record has yet."""
+
+    index: int
+    tags: dict[str, str]
+
+
+@dataclasses.dataclass
+class _Tags:
+    records: list[_Tagged] = dataclasses.field(default_factory=list)
+
+
+@pytest.mark.parametrize("count", [snapshot._COLUMNS_FROM - 1, snapshot._COLUMNS_FROM])
+def test_a_required_dict_field_takes_no_none_in_a_long_list_either(count: int) -> None:
+    records: list[dict[str, Any]] = [{"index": i, "tags": {"k": "v"}} for i in range(count)]
+    records[3]["tags"] = None
+    with pytest.raises(SnapshotError) as excinfo:
+        snapshot.from_json(_Tags, {"records": records}, "f")
+    assert str(excinfo.value) == "f.records[3].tags: expected an object"

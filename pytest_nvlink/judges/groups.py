@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pytest_nvlink.model import pair_id
 from pytest_nvlink.verdict import Outcome, PassedLater, Verdict
@@ -81,6 +82,10 @@ class GroupVerdict(Verdict):
         if self._pairs is None:
             self._pairs, self._later = (self._later() if self._later is not None else []), None
         return self._pairs
+
+    def __reduce__(self) -> tuple[type[GroupVerdict], tuple[Any, ...]]:
+        # Copied or pickled with every pair judged, as a group judged pair by pair: not the judge behind them.
+        return GroupVerdict, (self.outcome, self.message, list(self.properties), list(self.pairs))
 
 
 def _passed_together(
