@@ -294,3 +294,15 @@ def test_a_quickly_passed_group_copies_and_pickles_with_every_pair(run_12: Run) 
     for copied in (copy.copy(shipped), copy.deepcopy(shipped), pickle.loads(pickle.dumps(shipped))):
         _same(copied, one_by_one)
         assert type(copied) is type(shipped)
+
+
+def test_a_group_verdict_replaced_keeps_its_pairs_and_compares_with_them(run_12: Run) -> None:
+    context = _context(run_12, copy.deepcopy(run_12.node))
+    group = pair_sets(context.suite, ordered=True)[5]
+    for shipped in (_judged("latency", context, group), _judged("latency", context, OneByOne(*_fields(group)))):
+        replaced = dataclasses.replace(shipped, message="changed")
+        assert replaced.message == "changed" and pair_records(replaced) == pair_records(shipped)
+        assert len(pair_records(replaced) or []) == len(group.pairs)
+        assert replaced != shipped and dataclasses.replace(shipped) == shipped
+    other = _judged("latency", context, pair_sets(context.suite, ordered=True)[6])
+    assert dataclasses.replace(other, message=shipped.message, properties=shipped.properties) != shipped

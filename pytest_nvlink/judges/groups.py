@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_nvlink.model import pair_id
@@ -62,26 +62,30 @@ class PairSet:
         return combine(self, [(pair, judge(*pair)) for pair in self.pairs])
 
 
+@dataclass(eq=False)
 class GroupVerdict(Verdict):
-    """A source GPU's verdict, with every pair's verdict for the results record (worked out on first read)."""
+    """A source GPU's verdict, with every pair's verdict for the results record.
 
-    def __init__(
-        self,
-        outcome: Outcome,
-        message: str,
-        properties: list[tuple[str, str]] | None = None,
-        pairs: list[tuple[Pair, Verdict]] | None = None,
-        *,
-        later: Callable[[], list[tuple[Pair, Verdict]]] | None = None,
-    ) -> None:
-        super().__init__(outcome, message, properties if properties is not None else [])
-        self._pairs, self._later = pairs, later
+    A quickly passed group (``later``) judges its pairs when ``pairs`` is first read. The pairs
+    count in equality, and ``dataclasses.replace`` keeps them (or the promise of them).
+    """
+
+    _pairs: list[tuple[Pair, Verdict]] | None = field(default=None, repr=False)
+    later: Callable[[], list[tuple[Pair, Verdict]]] | None = field(default=None, repr=False)
 
     @property
     def pairs(self) -> list[tuple[Pair, Verdict]]:
         if self._pairs is None:
-            self._pairs, self._later = (self._later() if self._later is not None else []), None
+            self._pairs, self.later = (self.later() if self.later is not None else []), None
         return self._pairs
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GroupVerdict):
+            return NotImplemented
+        mine, theirs = (self.outcome, self.message, self.properties), (other.outcome, other.message, other.properties)
+        return mine == theirs and self.pairs == other.pairs
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as Verdict
 
     def __reduce__(self) -> tuple[type[GroupVerdict], tuple[Any, ...]]:
         # Copied or pickled with every pair judged, as a group judged pair by pair: not the judge behind them.
