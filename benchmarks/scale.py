@@ -8,9 +8,10 @@ the items the replay collects, and writes a file of that many trivial parametriz
 pass`` items. Then it alternates (a) the replay and (b) the trivial file, so that drift on a shared
 machine hits both alike, and prints the medians (wall clock and the child's CPU time) and their ratio,
 and the median of each round's own CPU ratio ("paired": drift between rounds cancels out there, where
-it can move the two medians apart). A run of one trivial test is pytest's start-up. Targets: replay / trivial <= 1.5 at every size, and
-the 72-GPU replay <= 5 s over pytest's start-up. ``--pair-rounds`` adds the 72-GPU replay with
-``[suite] pair_items = "pair"`` (one item per pair, 28,628 items) for comparison.
+it can move the two medians apart). A run of one trivial test is pytest's start-up. Targets: replay /
+trivial <= 1.5 at every size, and the 72-GPU replay <= 5 s over pytest's start-up. ``--pair-rounds``
+adds the 72-GPU replay with ``[suite] pair_items = "pair"`` (one item per pair, 28,628 items) for
+comparison.
 
 The children write bytecode, as Python does by default, under a cache folder in the temporary
 directory (never the checkout's, whose files may be stale), warmed by the untimed runs that count the
