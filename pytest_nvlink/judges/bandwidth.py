@@ -84,15 +84,11 @@ def passing_figures(
     threshold = ctx.thresholds.get(key)
     if threshold is None:
         return None
-    bound, usable = threshold.value, ctx.nvlink_pair_usable
-    capacities = _link_capacities(ctx) if kind != "latency" else {}
+    bound, usable, capacities = threshold.value, ctx.nvlink_pair_usable, _link_capacities(ctx)
     figures: list[float | None] = []
     for src, dst in pairs:
         value = _comparable(figure_of(src, dst, kind)) if usable(src, dst) else None
-        if value is None:
-            return None
-        ceiling = _ceiling(capacities.get(src), capacities.get(dst), kind)  # as _link_ceiling()
-        if ceiling is not None and value > ceiling[0] * CAPACITY_SLACK:
+        if value is None or _beyond_links(value, capacities.get(src), capacities.get(dst), kind) is not None:
             return None
         if not (value >= bound if comparison == "min" else value <= bound):
             return None
@@ -149,27 +145,23 @@ def _summed_links(ctx: Context, index: int) -> Capacity | None:
     return (total, count) if count else None
 
 
-def _link_ceiling(ctx: Context, src: int, dst: int, kind: str) -> Capacity | None:
-    """The most GB/s the two GPUs' active NVLinks can carry for ``kind`` and the narrower GPU's link count."""
-    if kind == "latency":
-        return None
-    capacities = _link_capacities(ctx)
-    return _ceiling(capacities.get(src), capacities.get(dst), kind)
-
-
-def _ceiling(at_src: Capacity | None, at_dst: Capacity | None, kind: str) -> Capacity | None:
-    if at_src is None or at_dst is None:
+def _beyond_links(value: float, at_src: Capacity | None, at_dst: Capacity | None, kind: str) -> Capacity | None:
+    """(the most GB/s the two GPUs' active NVLinks can carry for ``kind``, the narrower GPU's link count) when
+    ``value`` is more than that; None when it is not, or the links are not known, or ``kind`` is a latency."""
+    if kind == "latency" or at_src is None or at_dst is None:
         return None
     narrow, links = min(at_src, at_dst)
-    return max(narrow, PCIE_GEN5_X16_GBPS) * (2 if kind == "bidirectional" else 1), links
+    ceiling = max(narrow, PCIE_GEN5_X16_GBPS) * (2 if kind == "bidirectional" else 1)
+    return (ceiling, links) if value > ceiling * CAPACITY_SLACK else None
 
 
 def _above_link_capacity(
     ctx: Context, src: int, dst: int, kind: str, value: float, *, threshold: Threshold
 ) -> tuple[str, float] | None:
     """A figure the two GPUs' NVLinks cannot carry means the timing is wrong: it must not pass as a fast pair."""
-    found = _link_ceiling(ctx, src, dst, kind)
-    if found is None or value <= found[0] * CAPACITY_SLACK:
+    capacities = _link_capacities(ctx)
+    found = _beyond_links(value, capacities.get(src), capacities.get(dst), kind)
+    if found is None:
         return None
     ceiling, links = found
     return (
