@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
 
 import pytest
 
@@ -17,10 +17,11 @@ if TYPE_CHECKING:
     # Only for annotations: an inert plugin (no --nvlink-suite) must import nothing of its own at start-up.
     from pytest_nvlink.judges.context import Context
     from pytest_nvlink.model import Node
-    from pytest_nvlink.provider import LiveMeasurements, MeasurementProvider
+    from pytest_nvlink.provider import MeasurementProvider
     from pytest_nvlink.run import Given, Run, RunOptions
     from pytest_nvlink.verdict import Verdict
 
+T = TypeVar("T")
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 RUN_KEY = pytest.StashKey["Run"]()
 # Set in a pytest-xdist worker: its node and measurements came from the controller, complete.
@@ -31,8 +32,6 @@ CURRENT_ITEM_KEY = pytest.StashKey[pytest.Item]()  # on the config: the item und
 # On the config: the session's one measurement provider and judge, which the fixtures and nvlink_check share.
 PROVIDER_KEY = pytest.StashKey["MeasurementProvider"]()
 JUDGE_KEY = pytest.StashKey["Callable[[Verdict], None]"]()
-# Check areas whose items make the live provider run a measurement campaign.
-_CAMPAIGN_OF_AREA = {"bandwidth": "p2p", "collectives": "collectives"}
 
 _OPTIONS: tuple[tuple[str, str], ...] = (
     ("suite", "suite to accept against: a shipped name, a path to a suite .toml, or 'auto'"),
@@ -242,7 +241,9 @@ def pytest_xdist_setupnodes(config: pytest.Config) -> None:
     run = _run(config)
     if run is None or run.node.source != "live" or run.probe_failed() or run.options.quick:
         return
-    _live_provider(config, run).measure_all()
+    from pytest_nvlink.plugin_live import live_provider
+
+    live_provider(config, run).measure_all()
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -362,17 +363,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if item not in dropped]
 
 
-def _planned_campaigns(items: list[pytest.Item]) -> frozenset[str]:
-    """The campaigns the selected items (after -k/-m deselection) will make the live provider run."""
-    planned = set()
-    for item in items:
-        marker = item.get_closest_marker("nvlink")
-        names = getattr(item, "fixturenames", ())
-        if marker is not None and marker.args and ("nvlink_measurements" in names or "nvlink_check" in names):
-            planned.add(_CAMPAIGN_OF_AREA.get(str(marker.args[0]), ""))
-    return frozenset(planned - {""})
-
-
 def _uses_node(item: pytest.Item) -> bool:
     return any(name.startswith("nvlink_") for name in getattr(item, "fixturenames", ()))
 
@@ -452,37 +442,26 @@ def nvlink_measurements() -> MeasurementProvider:
 
 def _session_provider() -> MeasurementProvider:
     """The session's one provider, whichever fixture asks first: a live campaign runs once."""
+    return _made_once(PROVIDER_KEY, _new_provider)
+
+
+def _new_provider() -> MeasurementProvider:
     from pytest_nvlink.provider import RecordedMeasurements
 
     nvlink_run, session = _session_run(), _session()
-    stash = session.config.stash
-    if PROVIDER_KEY not in stash:
-        if nvlink_run.node.source != "live" or stash.get(HANDED_OVER_KEY, False):
-            stash[PROVIDER_KEY] = RecordedMeasurements(nvlink_run.node)
-        else:
-            stash[PROVIDER_KEY] = _live_provider(session.config, nvlink_run, session.items)
-    return stash[PROVIDER_KEY]
+    if nvlink_run.node.source != "live" or session.config.stash.get(HANDED_OVER_KEY, False):
+        return RecordedMeasurements(nvlink_run.node)
+    from pytest_nvlink.plugin_live import live_provider
+
+    return live_provider(session.config, nvlink_run, session.items)
 
 
-def _live_provider(config: pytest.Config, run: Run, items: list[pytest.Item] | None = None) -> LiveMeasurements:
-    """The live provider; ``items`` (the selected checks) tell it which campaigns to plan, None: every one."""
-    from pytest_nvlink.provider import LiveMeasurements
-
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    capture = config.pluginmanager.get_plugin("capturemanager")
-
-    def progress(line: str) -> None:
-        if reporter is None:
-            return
-        # Measurements run inside a test, where output is captured; progress must reach the terminal now.
-        if capture is not None:
-            with capture.global_and_fixture_disabled():
-                reporter.write_line(f"nvlink: {line}")
-        else:
-            reporter.write_line(f"nvlink: {line}")
-
-    planned = _planned_campaigns(items) if items is not None else frozenset({"p2p", "collectives"})
-    return LiveMeasurements(run.node, run.suite, run.thresholds, progress, run.options.backend, planned=planned)
+def _made_once(key: pytest.StashKey[T], make: Callable[[], T]) -> T:
+    """The session's value under ``key``, made on the first ask; _forget_run lets it go with the run."""
+    stash = _session().config.stash
+    if key not in stash:
+        stash[key] = make()
+    return stash[key]
 
 
 @pytest.fixture
@@ -522,10 +501,7 @@ def nvlink_check() -> CheckKit:
 
 
 def _session_judge() -> Callable[[Verdict], None]:
-    stash = _session().config.stash
-    if JUDGE_KEY not in stash:
-        stash[JUDGE_KEY] = _new_judge()
-    return stash[JUDGE_KEY]
+    return _made_once(JUDGE_KEY, _new_judge)
 
 
 def _new_judge() -> Callable[[Verdict], None]:
