@@ -67,7 +67,7 @@ def measure(tree: Path, path: Path, runs: int, plain: bool) -> dict[str, Any]:
     if plain:
         sys.modules["orjson"] = None  # type: ignore[assignment]  # import orjson now raises ImportError
     sys.path.insert(0, str(tree))
-    from pytest_nvlink import snapshot
+    from pytest_nvlink import json_records, snapshot
     from pytest_nvlink.model import Node
     from pytest_nvlink.textfile import read_text_file
     from pytest_nvlink.values import value_problems
@@ -76,13 +76,13 @@ def measure(tree: Path, path: Path, runs: int, plain: bool) -> dict[str, Any]:
     fast = getattr(snapshot, "_fast_decoder", lambda: None)()  # a tree without it decodes with json
     decode: Callable[[str], Any] = fast or json.loads
     document = decode(text)
-    node = snapshot.from_json(Node, document["node"], "node")
+    node = json_records.from_json(Node, document["node"], "node")
     return {
         "decoder": f"{decode.__module__}.{decode.__name__}",
         "total": _times_ms(lambda: snapshot.load_snapshot(path), runs),
         "json": _times_ms(_paused(lambda: decode(text)), runs),
         "build": _times_ms(_paused(lambda: snapshot.node_from_document(document, str(path))), runs),
-        "convert": _times_ms(_paused(lambda: snapshot.from_json(Node, document["node"], "node")), runs),
+        "convert": _times_ms(_paused(lambda: json_records.from_json(Node, document["node"], "node")), runs),
         "walk": _times_ms(_paused(lambda: value_problems(node, "node")), runs),
     }
 

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_nvlink import snapshot
+from pytest_nvlink import json_records, snapshot
 from pytest_nvlink.model import P2PMeasurement
 from pytest_nvlink.snapshot import SnapshotError, load_snapshot, load_snapshot_document, node_from_document
 
@@ -166,12 +166,12 @@ class _AlwaysSuspect:
 def _outcome(path: Path, *, shortcuts: bool) -> str | dict[str, Any]:
     with pytest.MonkeyPatch.context() as patch:
         if not shortcuts:
-            plan_of = snapshot._plan_of
+            plan_of = json_records._plan_of
             patch.setattr(
-                snapshot, "_plan_of", lambda cls: dataclasses.replace(plan_of(cls), shortcuts={}, columns=None)
+                json_records, "_plan_of", lambda cls: dataclasses.replace(plan_of(cls), shortcuts={}, columns=None)
             )
-            patch.setattr(snapshot._ClassPlan, "learn", lambda self, shape: None)
-            patch.setattr(snapshot, "_Reading", _AlwaysSuspect)
+            patch.setattr(json_records._ClassPlan, "learn", lambda self, shape: None)
+            patch.setattr(snapshot, "Reading", _AlwaysSuspect)
             patch.setattr(snapshot, "_fast_decoder", lambda: None)
         try:
             node, top = load_snapshot_document(path)
@@ -238,16 +238,16 @@ def _change(records: list[Any], at: int, field: str, value: object) -> None:
 def test_a_long_plain_list_is_read_field_by_field_as_record_by_record(document: dict[str, Any]) -> None:
     """The healthy 8-GPU node's 168 figures take the field-by-field way; one odd record sends them back."""
     records = document["node"]["measurements"]["p2p"]
-    assert len(records) >= snapshot._COLUMNS_FROM
-    by_field = snapshot._records_by_field(P2PMeasurement, records, snapshot._Reading())
-    one_by_one = [snapshot.from_json(P2PMeasurement, record, "r") for record in records]
+    assert len(records) >= json_records._COLUMNS_FROM
+    by_field = json_records._records_by_field(P2PMeasurement, records, json_records.Reading())
+    one_by_one = [json_records.from_json(P2PMeasurement, record, "r") for record in records]
     assert by_field == one_by_one
     assert by_field is not None
     assert by_field[12].conditions is not records[12]["conditions"]
     for change in ({"value": 373}, {"colour": "red"}, {"conditions": {"size_mib": 256}}, {"src": True}):
         odd = copy.deepcopy(records)
         odd[12].update(change)
-        assert snapshot._records_by_field(P2PMeasurement, odd, snapshot._Reading()) is None, change
+        assert json_records._records_by_field(P2PMeasurement, odd, json_records.Reading()) is None, change
 
 
 @pytest.mark.parametrize(("field", "value"), [("value", -1.0), ("value", math.nan), ("nvlink_bytes", -5)])
@@ -256,8 +256,8 @@ def test_a_long_list_with_an_impossible_number_is_marked_for_the_walk(
 ) -> None:
     records = document["node"]["measurements"]["p2p"]
     records[40][field] = value
-    reading = snapshot._Reading()
-    assert snapshot._records_by_field(P2PMeasurement, records, reading) is not None
+    reading = json_records.Reading()
+    assert json_records._records_by_field(P2PMeasurement, records, reading) is not None
     assert reading.suspect
 
 
@@ -274,10 +274,10 @@ class _Tags:
     records: list[_Tagged] = dataclasses.field(default_factory=list)
 
 
-@pytest.mark.parametrize("count", [snapshot._COLUMNS_FROM - 1, snapshot._COLUMNS_FROM])
+@pytest.mark.parametrize("count", [json_records._COLUMNS_FROM - 1, json_records._COLUMNS_FROM])
 def test_a_required_dict_field_takes_no_none_in_a_long_list_either(count: int) -> None:
     records: list[dict[str, Any]] = [{"index": i, "tags": {"k": "v"}} for i in range(count)]
     records[3]["tags"] = None
     with pytest.raises(SnapshotError) as excinfo:
-        snapshot.from_json(_Tags, {"records": records}, "f")
+        json_records.from_json(_Tags, {"records": records}, "f")
     assert str(excinfo.value) == "f.records[3].tags: expected an object"
