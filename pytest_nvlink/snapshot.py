@@ -7,11 +7,14 @@ node that would let checks pass on facts nobody measured.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
 import os
+import re
 import tempfile
+import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,35 +22,80 @@ from typing import Any
 
 from pytest_nvlink import __version__
 from pytest_nvlink.collector import collector_paused
-from pytest_nvlink.json_records import Reading, from_json
+from pytest_nvlink.json_records import Reading, from_json, table_of
 
 # Re-exported: every reader of snapshots catches it from here.
 from pytest_nvlink.json_records import SnapshotError as SnapshotError  # noqa: PLC0414
-from pytest_nvlink.model import Node
+from pytest_nvlink.model import Node, P2PMeasurement, P2PStatus, PairPath
 from pytest_nvlink.textfile import MIB, UnreadableText, decode_utf8, parse_problem, read_file_bytes
 from pytest_nvlink.values import value_problems
 
 # Schema 2 adds the run's environment (versions, suite, thresholds, outcome) and the conditions of
 # every measurement; schema-1 files are migrated on read (a handover snapshot must stay replayable).
-SCHEMA_VERSION = 2
-READABLE_SCHEMAS: tuple[int, ...] = (1, 2)
+# Schema 3 writes the long lists of plain records as tables (one list per field, see _TABLES); it
+# reads lists there too, and older schemas read as before.
+SCHEMA_VERSION = 3
+READABLE_SCHEMAS: tuple[int, ...] = (1, 2, 3)
 SNAPSHOT_KIND = "pytest-nvlink-snapshot"
 # An 8-GPU snapshot with every measurement is ~200 KiB; a 72-GPU one stays well below this.
 SNAPSHOT_MAX_BYTES = 64 * MIB
 
 
+# The lists a node holds thousands of records in (at 72 GPUs: 15,336 figures, 5,112 P2P statuses and
+# 2,556 paths), written as tables: their file shrinks ~4x and decodes ~5x faster.
+_TABLES: tuple[tuple[tuple[str, ...], type[Any]], ...] = (
+    (("measurements", "p2p"), P2PMeasurement),
+    (("p2p",), P2PStatus),
+    (("paths",), PairPath),
+)
+
+
 def node_to_dict(node: Node) -> dict[str, Any]:
+    """The node as plain JSON values, every list of records a list (the results record's form)."""
     return dataclasses.asdict(node)
 
 
 def snapshot_document(node: Node) -> dict[str, Any]:
+    data = node_to_dict(node)
+    for (*parents, name), cls in _TABLES:
+        holder = data
+        for parent in parents:
+            holder = holder[parent]
+        if holder[name] is not None:
+            holder[name] = table_of(cls, holder[name])
     return {
         "kind": SNAPSHOT_KIND,
         "schema_version": SCHEMA_VERSION,
         "plugin_version": __version__,
         "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "node": node_to_dict(node),
+        "node": data,
     }
+
+
+def snapshot_text(document: dict[str, Any]) -> str:
+    """The document as a file holds it: one key per line, and each table column on one line of its own."""
+    token = uuid.uuid4().hex  # stands in for a column while the rest is indented; no value can hold it
+    columns: dict[str, str] = {}
+
+    def held(values: list[Any]) -> str:
+        key = f"{token}-{len(columns)}"
+        columns[f'"{key}"'] = json.dumps(values, separators=(", ", ": "))
+        return key
+
+    shown = copy.deepcopy(document)  # the caller's document keeps its lists
+    for (*parents, name), _ in _TABLES:
+        holder = shown["node"]
+        for parent in parents:
+            holder = holder[parent]
+        table = holder[name]
+        if table is not None:
+            for field, column in table["columns"].items():
+                if isinstance(column, dict):
+                    table["columns"][field] = {part: held(values) for part, values in column.items()}
+                else:
+                    table["columns"][field] = held(column)
+    text = json.dumps(shown, indent=1)
+    return re.sub(f'"{token}-[0-9]+"', lambda found: columns[found.group(0)], text) + "\n"
 
 
 def check_writable(path: Path) -> None:
@@ -84,7 +132,7 @@ def _file_mode(path: Path) -> int:
 def save_snapshot(node: Node, path: Path) -> None:
     """Write atomically: a run interrupted mid-write leaves the previous file, never half a snapshot."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(snapshot_document(node), indent=1, sort_keys=False) + "\n"
+    text = snapshot_text(snapshot_document(node))
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
@@ -187,7 +235,7 @@ def node_from_document(document: object, origin: str) -> Node:
             f"{origin}:schema_version: version {version!r} is not supported (this plugin reads {shown})"
         )
     document = migrate_document(document)
-    reading = Reading()
+    reading = Reading(tables=version >= 3)
     node = from_json(Node, document.get("node"), f"{origin}:node", reading)
     _check_unique_entries(node, f"{origin}:node")
     _check_gpu_numbering(node, f"{origin}:node")

@@ -22,6 +22,19 @@ def sample(relative: str) -> str:
     return "\n".join(lines[4:])
 
 
+def snapshot_with_lists(path: Path) -> dict[str, Any]:
+    """A snapshot file's document with its records in lists, for tests that edit records (schema 3
+    writes the long lists as tables and reads either form)."""
+    import dataclasses
+    import json
+
+    from pytest_nvlink.snapshot import load_snapshot, node_to_dict
+
+    document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    node = dataclasses.replace(load_snapshot(path), source=document["node"]["source"])
+    return {**document, "node": json.loads(json.dumps(node_to_dict(node)))}
+
+
 def topo_p2p_text(capability: str, count: int, cell: str = "OK") -> str:
     """``nvidia-smi topo -p2p <capability>`` output for ``count`` GPUs, every pair reading ``cell``."""
     header = " \t" + "".join(f"GPU{i}\t" for i in range(count))

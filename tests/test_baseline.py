@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DATA, SNAPSHOTS
+from conftest import DATA, SNAPSHOTS, snapshot_with_lists
 
 HEALTHY = SNAPSHOTS / "h100-8gpu-healthy.json"
 FROZEN = DATA / "frozen" / "h100-8gpu-degraded-schema1.json"
@@ -18,7 +18,7 @@ Document = dict[str, Any]
 
 
 def _copy(tmp_path: Path, name: str, change: Callable[[Document], None], source: Path = HEALTHY) -> Path:
-    document: Document = json.loads(source.read_text(encoding="utf-8"))
+    document: Document = snapshot_with_lists(source)
     change(document)
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(document), encoding="utf-8")
@@ -96,7 +96,7 @@ def _slower_link_down_new_driver(document: Document) -> None:
 def test_a_slower_pair_a_link_down_and_a_new_driver_fail_exactly_those_items(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
-    assert _p2p(json.loads(HEALTHY.read_text()), 2, 6, "unidirectional")["value"] == 370.0
+    assert _p2p(snapshot_with_lists(HEALTHY), 2, 6, "unidirectional")["value"] == 370.0
     after = _copy(tmp_path, "after", _slower_link_down_new_driver)
     cases, result, root = _run(pytester, after, f"--nvlink-baseline={HEALTHY}")
     assert result.ret == pytest.ExitCode.TESTS_FAILED

@@ -14,7 +14,7 @@ from pytest_nvlink.environment import stamp_environment
 from pytest_nvlink.judges.baseline import _differing_conditions, p2p_pair
 from pytest_nvlink.model import Environment, Gpu, Node
 from pytest_nvlink.run import Run, RunOptions, build_run
-from pytest_nvlink.snapshot import load_snapshot_document, migrate_document
+from pytest_nvlink.snapshot import SCHEMA_VERSION, load_snapshot_document, migrate_document
 from pytest_nvlink.verdict import Outcome
 
 HEALTHY = SNAPSHOTS / "h100-8gpu-healthy.json"
@@ -52,7 +52,7 @@ def test_conditions_differ_only_where_both_sides_recorded_them() -> None:
 def test_schema1_documents_migrate_on_read() -> None:
     frozen = DATA / "frozen" / "h100-8gpu-degraded-schema1.json"
     document = json.loads(frozen.read_text(encoding="utf-8"))
-    assert migrate_document(document)["schema_version"] == 2
+    assert migrate_document(document)["schema_version"] == SCHEMA_VERSION
     node, top = load_snapshot_document(frozen)
     assert top["schema_version"] == 1
     assert node.environment is None

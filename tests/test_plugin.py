@@ -133,7 +133,7 @@ def test_save_then_replay_round_trips(
     result = pytester.runpytest("--nvlink-suite=h100-8gpu", "-k", "gpu_count", f"--nvlink-save={saved}")
     assert result.ret == 0
     document = json.loads(saved.read_text())
-    assert document["schema_version"] == 2 and document["plugin_version"]
+    assert document["schema_version"] == 3 and document["plugin_version"]
     assert document["created_utc"].endswith("Z")
     # Schema 2 records what the run was made with, and how it ended (a baseline folder offers only passes).
     environment = document["node"]["environment"]

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
-from conftest import SNAPSHOTS, sample, topo_p2p_text
+from conftest import SNAPSHOTS, sample, snapshot_with_lists, topo_p2p_text
 
 from pytest_nvlink.parsers import nccl_log
 from pytest_nvlink.parsers.detect import detect_kind
@@ -129,7 +129,7 @@ def test_one_slow_hop_in_an_eight_rank_log_fails_with_expectation_and_cause(
 @pytest.mark.parametrize("source", ["replay", "evidence"])
 def test_a_gap_in_the_gpu_numbering_of_a_snapshot_is_an_error(pytester: pytest.Pytester, source: str) -> None:
     """GPUs 0-6 and 9: replay counted 8 GPUs and passed test_gpu_count; as evidence GPU 7's pairs passed."""
-    document = json.loads((SNAPSHOTS / "h100-8gpu-healthy.json").read_text(encoding="utf-8"))
+    document = snapshot_with_lists(SNAPSHOTS / "h100-8gpu-healthy.json")
     document["node"]["gpus"][7]["index"] = 9
     path = pytester.path / "gap.json"
     path.write_text(json.dumps(document), encoding="utf-8")
@@ -142,7 +142,7 @@ def test_a_gap_in_the_gpu_numbering_of_a_snapshot_is_an_error(pytester: pytest.P
 
 def test_a_lower_bound_gpu_list_may_stop_short(pytester: pytest.Pytester) -> None:
     """Evidence naming GPUs 0-6 of 8 is a lower bound, not a numbering error: GPU 7 is 'no evidence'."""
-    document = json.loads((SNAPSHOTS / "h100-8gpu-healthy.json").read_text(encoding="utf-8"))
+    document = snapshot_with_lists(SNAPSHOTS / "h100-8gpu-healthy.json")
     document["node"]["gpus"] = document["node"]["gpus"][:7]
     document["node"]["gpu_list"] = {"complete": False, "source": "nvlink-s.txt"}
     path = pytester.path / "seven.json"
@@ -154,7 +154,7 @@ def test_a_lower_bound_gpu_list_may_stop_short(pytester: pytest.Pytester) -> Non
 
 
 def _p2p_figure_set(kind: str, pair: set[int], value: float) -> dict[str, Any]:
-    document: dict[str, Any] = json.loads((SNAPSHOTS / "h100-8gpu-healthy.json").read_text(encoding="utf-8"))
+    document: dict[str, Any] = snapshot_with_lists(SNAPSHOTS / "h100-8gpu-healthy.json")
     for m in document["node"]["measurements"]["p2p"]:
         if m["kind"] == kind and {m["src"], m["dst"]} == pair:
             m["value"] = value

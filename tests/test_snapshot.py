@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from pytest_nvlink.model import Node
-from pytest_nvlink.snapshot import SCHEMA_VERSION, SnapshotError, load_snapshot, save_snapshot, snapshot_document
+from pytest_nvlink.snapshot import (
+    SCHEMA_VERSION,
+    SnapshotError,
+    load_snapshot,
+    node_to_dict,
+    save_snapshot,
+    snapshot_document,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOTS = ROOT / "snapshots"
@@ -62,7 +69,9 @@ def test_generator_writes_all_snapshots(tmp_path: Path, capsys: pytest.CaptureFi
 
 @pytest.fixture
 def document() -> dict[str, Any]:
-    parsed: dict[str, Any] = json.loads(json.dumps(snapshot_document(GENERATOR.healthy_h100())))
+    """A snapshot with its records in lists, as schemas 1 and 2 wrote them (schema 3 reads both forms)."""
+    node = GENERATOR.healthy_h100()
+    parsed: dict[str, Any] = json.loads(json.dumps({**snapshot_document(node), "node": node_to_dict(node)}))
     return parsed
 
 

@@ -17,16 +17,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import snapshot_with_lists
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_nvlink import json_records, snapshot
 from pytest_nvlink.model import P2PMeasurement
-from pytest_nvlink.snapshot import SnapshotError, load_snapshot, load_snapshot_document, node_from_document
+from pytest_nvlink.snapshot import (
+    SnapshotError,
+    load_snapshot,
+    load_snapshot_document,
+    node_from_document,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 HEALTHY = ROOT / "snapshots" / "h100-8gpu-healthy.json"
-BASE: dict[str, Any] = json.loads(HEALTHY.read_text(encoding="utf-8"))
+BASE = snapshot_with_lists(HEALTHY)  # records in lists, which the changes below edit
 
 
 @pytest.fixture(params=["orjson", "stdlib"])
@@ -154,6 +160,9 @@ def test_nan_written_as_json_cannot_is_read_and_refused(tmp_path: Path, document
 
 # The long way, for the property test: no record takes a shortcut and every node is walked.
 class _AlwaysSuspect:
+    def __init__(self, *, tables: bool = True) -> None:
+        self.tables = tables
+
     @property
     def suspect(self) -> bool:
         return True

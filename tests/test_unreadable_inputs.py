@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SNAPSHOTS
+from conftest import SNAPSHOTS, snapshot_with_lists
 
 from pytest_nvlink.config import ConfigError, load_suite, load_thresholds
 from pytest_nvlink.model import Node
@@ -117,7 +117,7 @@ def test_evidence_snapshot_with_a_5000_digit_integer(tmp_path: Path) -> None:
 
 
 def _document() -> dict[str, Any]:
-    document: dict[str, Any] = json.loads((SNAPSHOTS / "h100-8gpu-healthy.json").read_text())
+    document = snapshot_with_lists(SNAPSHOTS / "h100-8gpu-healthy.json")
     return document
 
 

@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EVIDENCE, SNAPSHOTS
+from conftest import EVIDENCE, SNAPSHOTS, snapshot_with_lists
 
 from pytest_nvlink.evidence import EvidenceError, load_evidence
 from pytest_nvlink.snapshot import SnapshotError, load_snapshot
 
 
 def _document() -> dict[str, Any]:
-    document: dict[str, Any] = json.loads((SNAPSHOTS / "h100-8gpu-healthy.json").read_text(encoding="utf-8"))
+    document = snapshot_with_lists(SNAPSHOTS / "h100-8gpu-healthy.json")
     return document
 
 
