@@ -6,8 +6,11 @@ snapshot, parsed tool output), so re-judging a saved run against other threshold
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from functools import partial
+from itertools import repeat
+from typing import cast
 
 from pytest_nvlink.config import Threshold
 from pytest_nvlink.judges.context import Context, pair_properties
@@ -76,24 +79,51 @@ def passing_figures(
 ) -> list[float | None] | None:
     """Each pair's ranking figure when every pair surely passes :func:`p2p_figure`, else None.
 
-    p2p_figure's pass, tested for a whole source GPU's peers in one loop (a 72-GPU domain asks it 15,336
+    p2p_figure's pass, tested for a whole source GPU's peers at once (a 72-GPU domain asks it 15,336
     times per run): a usable NVLink pair, the threshold set, a figure within the links' capacity and on
-    the right side of the bound. ``figure_of`` is asked only for usable pairs, as the checks ask.
+    the right side of the bound. ``figure_of`` is asked only when every pair is usable, as the checks ask.
     """
     key, _, comparison = P2P_KINDS[kind]
     threshold = ctx.thresholds.get(key)
-    if threshold is None:
+    if threshold is None or not ctx.all_usable(pairs):
         return None
-    bound, usable, capacities = threshold.value, ctx.nvlink_pair_usable, _link_capacities(ctx)
-    figures: list[float | None] = []
-    for src, dst in pairs:
-        value = _comparable(figure_of(src, dst, kind)) if usable(src, dst) else None
-        if value is None or _beyond_links(value, capacities.get(src), capacities.get(dst), kind) is not None:
-            return None
-        if not (value >= bound if comparison == "min" else value <= bound):
-            return None
-        figures.append(value if comparison == "min" else -value)
-    return figures
+    found = list(map(_comparable, map(figure_of, map(_SRC, pairs), map(_DST, pairs), repeat(kind))))
+    if None in found:
+        return None
+    values = cast("list[float]", found)
+    # value >= bound (min) or value <= bound (max) for each; NaN holds neither.
+    if not all(map(operator.le if comparison == "min" else operator.ge, repeat(threshold.value), values)):
+        return None
+    if kind != "latency" and _any_beyond_links(ctx, pairs, values, kind):
+        return None
+    return found if comparison == "min" else [-value for value in values]
+
+
+def _any_beyond_links(ctx: Context, pairs: Sequence[tuple[int, int]], values: list[float], kind: str) -> bool:
+    """Whether _beyond_links refuses any pair's figure: one past the smaller of its GPUs' link limits."""
+    limits = _capacity_limits(ctx, kind)
+    return any(
+        [
+            value > min(at_src, at_dst)
+            for value, at_src, at_dst in zip(
+                values, map(limits.get, map(_SRC, pairs)), map(limits.get, map(_DST, pairs)), strict=True
+            )
+            if at_src is not None and at_dst is not None
+        ]
+    )
+
+
+def _capacity_limits(ctx: Context, kind: str) -> dict[int, float]:
+    """Per GPU whose links are known, the figure of ``kind`` beyond which _beyond_links refuses a pair of it:
+    the ceiling of its own links (a pair's is its narrower GPU's), slack included."""
+    return ctx.remembered((f"capacity_limits {kind}", 0, 0), _limits_of, _link_capacities(ctx), kind)
+
+
+def _limits_of(capacities: dict[int, Capacity | None], kind: str) -> dict[int, float]:
+    return {gpu: _ceiling(found[0], kind) * CAPACITY_SLACK for gpu, found in capacities.items() if found is not None}
+
+
+_SRC, _DST = operator.itemgetter(0), operator.itemgetter(1)
 
 
 def _figure_props(
@@ -151,8 +181,13 @@ def _beyond_links(value: float, at_src: Capacity | None, at_dst: Capacity | None
     if kind == "latency" or at_src is None or at_dst is None:
         return None
     narrow, links = min(at_src, at_dst)
-    ceiling = max(narrow, PCIE_GEN5_X16_GBPS) * (2 if kind == "bidirectional" else 1)
+    ceiling = _ceiling(narrow, kind)
     return (ceiling, links) if value > ceiling * CAPACITY_SLACK else None
+
+
+def _ceiling(total: float, kind: str) -> float:
+    """The GB/s of ``kind`` links summing to ``total`` per direction can carry (never below a PCIe Gen5 x16 link)."""
+    return max(total, PCIE_GEN5_X16_GBPS) * (2 if kind == "bidirectional" else 1)
 
 
 def _above_link_capacity(
@@ -261,19 +296,21 @@ def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Ve
 
 
 def passing_proofs(ctx: Context, pairs: Sequence[tuple[int, int]], figure_of: FigureOf) -> list[float | None] | None:
-    """Each pair's NVLink share when every pair surely passes :func:`path_proof` (same tests, one loop), else None."""
+    """Each pair's NVLink share when every pair surely passes :func:`path_proof` (same tests), else None."""
     floor = ctx.thresholds.get("p2p.nvlink_counter_fraction_min")
     ceiling = ctx.thresholds.get("p2p.nvlink_counter_fraction_max")
-    if floor is None or ceiling is None:
+    if floor is None or ceiling is None or not ctx.all_usable(pairs):
         return None
-    usable = ctx.nvlink_pair_usable
-    fractions: list[float | None] = []
-    for src, dst in pairs:
-        fraction = _nvlink_fraction(figure_of(src, dst, "unidirectional")) if usable(src, dst) else None
-        if fraction is None or fraction > ceiling.value or not fraction >= floor.value:
-            return None
-        fractions.append(fraction)
-    return fractions
+    figures = map(figure_of, map(_SRC, pairs), map(_DST, pairs), repeat("unidirectional"))
+    found = list(map(_nvlink_fraction, figures))
+    if None in found:
+        return None
+    fractions = cast("list[float]", found)
+    # floor <= fraction <= ceiling for each; NaN holds neither.
+    within = all(map(operator.ge, repeat(ceiling.value), fractions))
+    if not within or not all(map(operator.le, repeat(floor.value), fractions)):
+        return None
+    return found
 
 
 def _proof_props(

@@ -5,7 +5,7 @@ all areas share: GPU and pair identity properties, resolving a GPU index, a miss
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -61,12 +61,25 @@ class Context:
         try:
             return self._usable[src, dst]
         except KeyError:
+            ready = self.ready_gpus()
             usable = self._usable[src, dst] = (
-                not self.suite.crosses_hosts(src, dst)
-                and self.first_unusable(src, dst) is None
+                ready.get(src, False)
+                and ready.get(dst, False)
+                and not self.suite.crosses_hosts(src, dst)
                 and self.suite.pair_expects_nvlink(src, dst)
             )
             return usable
+
+    def ready_gpus(self) -> dict[int, bool]:
+        """Per GPU index, whether first_unusable passes it: listed (its first entry) and without a problem."""
+        return self.remembered(("ready_gpus", 0, 0), _ready_gpus, self.node)
+
+    def all_usable(self, pairs: Sequence[tuple[int, int]]) -> bool:
+        """Whether :meth:`nvlink_pair_usable` holds for every pair; answers already worked out are read in one call."""
+        known = list(map(self._usable.get, pairs))
+        if None in known:
+            known = [self.nvlink_pair_usable(src, dst) for src, dst in pairs]
+        return all(known)
 
     def nvlink_pair_guard(self, src: int, dst: int, what: str) -> Verdict | None:
         """The verdict for a pair check that cannot or need not run: across hosts, a GPU missing, or a PCIe pair."""
@@ -200,3 +213,11 @@ def per_gpu(judge: Callable[[Context, Gpu], Verdict]) -> Callable[[Context, int]
         return judge(ctx, gpu)
 
     return by_index
+
+
+def _ready_gpus(node: Node) -> dict[int, bool]:
+    ready: dict[int, bool] = {}
+    for index in {gpu.index for gpu in node.gpus}:
+        gpu = node.gpu(index)  # the entry first_unusable reads, were an index listed twice
+        ready[index] = gpu is not None and not gpu.problem
+    return ready

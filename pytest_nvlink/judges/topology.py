@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Sequence
+from itertools import repeat
 
 from pytest_nvlink.config import path_matches
 from pytest_nvlink.judges.context import Context, pair_properties
@@ -42,13 +44,22 @@ def pair_path(ctx: Context, a: int, b: int) -> Verdict:
 
 def passing_paths(ctx: Context, pairs: Sequence[tuple[int, int]]) -> list[float | None] | None:
     """One None (no figure to rank by) per pair when every pair surely passes :func:`pair_path`, else None."""
+    ready, suite = ctx.ready_gpus(), ctx.suite
+    if not all(map(ready.get, map(_FIRST, pairs), repeat(False))) or not all(
+        map(ready.get, map(_SECOND, pairs), repeat(False))
+    ):
+        return None  # first_unusable names a GPU
+    if suite.gpus_per_host is not None and any(map(suite.crosses_hosts, map(_FIRST, pairs), map(_SECOND, pairs))):
+        return None
+    path_of = ctx.node.path
     for a, b in pairs:
-        if ctx.suite.crosses_hosts(a, b) or ctx.first_unusable(a, b) is not None:
-            return None
-        actual = ctx.node.path(a, b)
-        if actual is None or not path_matches(ctx.suite.expected_path(a, b), actual):
+        actual = path_of(a, b)
+        if actual is None or not path_matches(suite.expected_path(a, b), actual):
             return None
     return [None] * len(pairs)
+
+
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 
 
 def _path_props(ctx: Context, pair: tuple[int, int], actual: str | None, expected: str) -> list[tuple[str, str]]:
@@ -146,12 +157,16 @@ def p2p_status(ctx: Context, src: int, dst: int) -> Verdict:
 
 def passing_statuses(ctx: Context, pairs: Sequence[tuple[int, int]]) -> list[float | None] | None:
     """One None per pair when every pair surely passes :func:`p2p_status` (read, write and nvlink ok), else None."""
-    usable, status_of = ctx.nvlink_pair_usable, ctx.node.p2p_status
-    for src, dst in pairs:
-        status = status_of(src, dst) if usable(src, dst) else None
-        if status is None or not status.read == status.write == status.nvlink == "ok":
-            return None
+    if not ctx.all_usable(pairs):
+        return None
+    statuses = list(map(ctx.node.p2p_status, map(_FIRST, pairs), map(_SECOND, pairs)))
+    if None in statuses or {*map(_CAPS_ON_NVLINK_OF, statuses)} - {_ALL_OK_CAPS}:
+        return None
     return [None] * len(pairs)
+
+
+_CAPS_ON_NVLINK_OF = operator.attrgetter(*_P2P_CAPS_ON_NVLINK)
+_ALL_OK_CAPS = ("ok",) * len(_P2P_CAPS_ON_NVLINK)
 
 
 def _p2p_all_ok(ctx: Context, src: int, dst: int) -> tuple[str, list[tuple[str, str]]]:
