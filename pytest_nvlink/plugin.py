@@ -270,6 +270,21 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     return header_lines(run) + ([f"nvlink: {note}"] if note else [])
 
 
+# Shipped check modules whose checks all carry one area (their pytestmark): absent, the module is not collected.
+WHOLE_MODULE_AREAS: dict[str, str] = {
+    "test_baseline.py": "baseline",
+    "test_collectives.py": "collectives",
+    "test_rack.py": "rack",
+}
+
+
+class _AbsentChecks(pytest.File):
+    """A shipped check module none of whose checks exist for this run (the header says why): collects nothing."""
+
+    def collect(self) -> list[pytest.Item]:
+        return []
+
+
 class _ShapeFilter:
     """Collection hooks registered only for a run, so that the inert plugin adds no hook call per test."""
 
@@ -279,19 +294,23 @@ class _ShapeFilter:
     def absent(self, run: Run) -> dict[str, str]:
         """The checks this suite and run leave out, keyed by fixture name or ``area:<marker area>``."""
         if self._absent is None:
-            from pytest_nvlink.report.baseline import baseline_not_collected
-            from pytest_nvlink.run import not_collected
+            from pytest_nvlink.run import baseline_not_collected, not_collected
 
             self._absent = not_collected(run.suite) | baseline_not_collected(run)
         return self._absent
 
-    def pytest_pycollect_makemodule(self, module_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+    def pytest_pycollect_makemodule(self, module_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
         # Stable node ids ("nvlink/test_topology.py::...") whatever the venv or checkout location. The module
         # hangs from the session, not from the directories pytest walked down to reach site-packages (a dozen
         # in a venv): every item's set-up, markers, keywords and reports walk its chain of parents again.
         if module_path.parent != CHECKS_DIR:
             return None
-        return pytest.Module.from_parent(
+        kind: type[pytest.File] = pytest.Module
+        area = WHOLE_MODULE_AREAS.get(module_path.name)
+        run = _run(parent.config)
+        if area is not None and run is not None and f"area:{area}" in self.absent(run):
+            kind = _AbsentChecks  # every check of it would be dropped: neither it nor its judges are imported
+        return kind.from_parent(
             parent.session, path=module_path, nodeid=f"nvlink/{module_path.name}", name=module_path.name
         )
 

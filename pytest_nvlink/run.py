@@ -217,6 +217,14 @@ def not_collected(suite: Suite) -> dict[str, str]:
     return absent
 
 
+BASELINE_NOT_COLLECTED = "baseline checks (test_baseline_*): no --nvlink-baseline given"
+
+
+def baseline_not_collected(run: Run) -> dict[str, str]:
+    """The baseline checks exist only when a baseline is given (keyed as :func:`not_collected` keys them)."""
+    return {} if run.options.baseline is not None else {"area:baseline": BASELINE_NOT_COLLECTED}
+
+
 def not_collected_note(suite: Suite) -> str | None:
     """One header line naming what :func:`not_collected` leaves out, or None."""
     absent = not_collected(suite)

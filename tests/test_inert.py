@@ -45,3 +45,36 @@ def test_inert_plugin_adds_no_autouse_fixture(pytester: pytest.Pytester) -> None
     pytester.makepyfile(test_plain="def test_closure(request):\n    assert request.fixturenames == ['request']\n")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
+
+
+def test_a_check_module_whose_every_check_is_absent_is_not_imported(pytester: pytest.Pytester) -> None:
+    """One host, no --nvlink-baseline: the rack and baseline checks, and their judges, are never imported."""
+    pytester.makeconftest(
+        """
+        import sys
+
+        def pytest_unconfigure():
+            names = ("checks.test_rack", "checks.test_baseline", "judges.rack", "judges.baseline", "baseline")
+            print("loaded:", sorted(n for n in names if "pytest_nvlink." + n in sys.modules))
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-s", "--nvlink-suite=h100-8gpu", "--nvlink-replay=h100-8gpu-healthy"
+    )
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["loaded: []"])
+    rack = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-s", "--nvlink-suite=gb200-nvl72", "--nvlink-replay=gb200-nvl72-healthy"
+    )
+    rack.stdout.fnmatch_lines(["loaded: ['checks.test_rack', 'judges.rack']"])
+
+
+def test_whole_module_areas_name_each_modules_own_area() -> None:
+    from pytest_nvlink import plugin
+
+    for name, area in plugin.WHOLE_MODULE_AREAS.items():
+        module = __import__(f"pytest_nvlink.checks.{name.removesuffix('.py')}", fromlist=["pytestmark"])
+        assert module.pytestmark.args == (area,), name
+        checks = [value for key, value in vars(module).items() if key.startswith("test_") and callable(value)]
+        assert checks, name
+        assert all(not getattr(check, "pytestmark", []) for check in checks), f"{name}: a check with its own marks"

@@ -7,7 +7,6 @@ snapshot, parsed tool output), so re-judging a saved run against other threshold
 from __future__ import annotations
 
 from pytest_nvlink.judges.context import Context
-from pytest_nvlink.judges.rack import rack_audit_gap, rack_transport
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, not_applicable, passed, unknown
 
@@ -168,9 +167,12 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
     props += [(f"env_{k}", v) for k, v in sorted(audit.env.items())]
     if audit.p2p_disabled_warnings:
         return failed(f"NCCL reports P2P disabled: {audit.p2p_disabled_warnings[0]}{_env_note(audit)}", props)
-    off_nvlink = rack_transport(ctx, audit) if rack else None
-    if off_nvlink is not None:
-        return off_nvlink
+    if rack:  # the rack judges are imported only for rack suites
+        from pytest_nvlink.judges.rack import rack_transport
+
+        off_nvlink = rack_transport(ctx, audit)
+        if off_nvlink is not None:
+            return off_nvlink
     if bad:
         first = bad[0]
         key = ctx.suite_where(ctx.path_key(first.src_dev, first.dst_dev))
@@ -190,7 +192,12 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
             "the NCCL log has no 'Channel … via …' lines (NCCL_DEBUG=INFO not in effect?)",
             props,
         )
-    uncovered = rack_audit_gap(ctx, audit) if rack else _audit_gap(ctx, audit)
+    if rack:
+        from pytest_nvlink.judges.rack import rack_audit_gap
+
+        uncovered = rack_audit_gap(ctx, audit)
+    else:
+        uncovered = _audit_gap(ctx, audit)
     if uncovered:
         return failed(uncovered, props)
     if ctx.suite.nvswitch and audit.nvls_available is False and "NCCL_NVLS_ENABLE" not in audit.env:

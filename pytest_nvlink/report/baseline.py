@@ -12,19 +12,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_nvlink.baseline import changed_settings, environment_changes
-
 if TYPE_CHECKING:
     from pytest_nvlink.report.record import ItemResult
     from pytest_nvlink.run import Run
 
 NOT_COMPARED_PROPERTY = "baseline_not_compared"  # judges.baseline: facts the baseline did not record
-NOT_COLLECTED = "baseline checks (test_baseline_*): no --nvlink-baseline given"
-
-
-def baseline_not_collected(run: Run) -> dict[str, str]:
-    """The baseline checks exist only when a baseline is given (keyed as run.not_collected keys them)."""
-    return {} if run.options.baseline is not None else {"area:baseline": NOT_COLLECTED}
 
 
 def saved_run_path(folder: Path, host: str | None) -> Path:
@@ -34,15 +26,18 @@ def saved_run_path(folder: Path, host: str | None) -> Path:
 
 
 def baseline_header_lines(run: Run) -> list[str]:
+    """The header's lines on a run's baseline (terminal.header_lines says when there is none)."""
     baseline = run.baseline
     if baseline is None:
-        return [f"nvlink: not collected: {NOT_COLLECTED}"]
+        return []
     lines = [f"nvlink baseline: {baseline.file} ({baseline.label()})"]
     if baseline.schema_migrated:
         lines.append("nvlink baseline: schema-1 file (migrated): no versions or measurement conditions recorded")
     if baseline.problem:
         lines.append(f"nvlink baseline: cannot compare, every baseline check fails: {baseline.problem}")
     lines += [f"nvlink baseline: {reason}" for _, reason in sorted(baseline.unmatched.items())]
+    from pytest_nvlink.baseline import environment_changes  # a run without a baseline never needs it
+
     changes = environment_changes(run, baseline)
     lines.append("nvlink changed since the baseline: " + ("; ".join(changes) if changes else "nothing recorded"))
     return lines
@@ -82,6 +77,8 @@ def baseline_section(run: Run, items: Sequence[ItemResult]) -> BaselineSection |
     baseline = run.baseline
     if baseline is None:
         return None
+    from pytest_nvlink.baseline import changed_settings
+
     not_compared = Counter(
         item.properties[NOT_COMPARED_PROPERTY] for item in items if NOT_COMPARED_PROPERTY in item.properties
     )
@@ -153,6 +150,8 @@ def baseline_suite_properties(run: Run) -> list[tuple[str, str]]:
     props += [(f"baseline_unmatched_gpu{index}", reason) for index, reason in sorted(baseline.unmatched.items())]
     if baseline.problem:
         props.append(("baseline_problem", baseline.problem))
+    from pytest_nvlink.baseline import environment_changes
+
     return props + [(f"changed_{_name(change)}", change) for change in environment_changes(run, baseline)]
 
 

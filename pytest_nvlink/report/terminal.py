@@ -16,15 +16,9 @@ from tabulate import tabulate
 from pytest_nvlink.audit import AuditTally, no_verdict_line
 from pytest_nvlink.judges.collectives import pick_collective
 from pytest_nvlink.model import Node
-from pytest_nvlink.report.baseline import (
-    baseline_header_lines,
-    baseline_section,
-    baseline_suite_properties,
-    baseline_summary_lines,
-)
 from pytest_nvlink.report.matrices import p2p_lines, topology_lines
 from pytest_nvlink.report.record import ItemLog, ItemResult, nccl_transport_line, source_text
-from pytest_nvlink.run import Run
+from pytest_nvlink.run import BASELINE_NOT_COLLECTED, Run
 from pytest_nvlink.unknowns import recorded_unknowns
 
 NCCL_ENV_VARS: tuple[str, ...] = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_NVLS_ENABLE")
@@ -52,8 +46,11 @@ def header_lines(run: Run) -> list[str]:
         from pytest_nvlink.audit import evidence_header_line
 
         lines.append(f"nvlink {evidence_header_line(node)}")
-    lines += baseline_header_lines(run)
-    return lines
+    if run.baseline is None:
+        return [*lines, f"nvlink: not collected: {BASELINE_NOT_COLLECTED}"]
+    from pytest_nvlink.report.baseline import baseline_header_lines  # only a run with a baseline needs it
+
+    return lines + baseline_header_lines(run)
 
 
 def suite_properties(run: Run) -> list[tuple[str, str]]:
@@ -70,6 +67,10 @@ def suite_properties(run: Run) -> list[tuple[str, str]]:
     ]
     for gpu in node.gpus:
         props.append((f"gpu{gpu.index}", f"{gpu.name} uuid={gpu.uuid} serial={gpu.serial} pci={gpu.pci_bus_id}"))
+    if run.baseline is None:
+        return props
+    from pytest_nvlink.report.baseline import baseline_suite_properties
+
     return props + baseline_suite_properties(run)
 
 
@@ -150,7 +151,10 @@ def summary_lines(
         lines += ["", "recorded unknowns (not proven by this run):", *(f"  - {line}" for line in unknowns)]
     if run.node.source == "evidence":
         lines += ["", *evidence_coverage(run.node).splitlines()]
-    lines += baseline_summary_lines(baseline_section(run, items))
+    if run.baseline is not None:
+        from pytest_nvlink.report.baseline import baseline_section, baseline_summary_lines
+
+        lines += baseline_summary_lines(baseline_section(run, items))
     return [*lines, "", *audit_lines(stats, tally)]
 
 
