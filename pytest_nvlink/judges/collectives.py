@@ -224,7 +224,8 @@ def _audit_gap(ctx: Context, audit: NcclAudit) -> str | None:
     pass the audit of an 8-GPU node.
     """
     count = ctx.suite.gpu_count
-    expected = {a for a in range(count) for b in range(count) if a != b and ctx.suite.pair_expects_nvlink(a, b)}
+    expects = ctx.suite.pair_expects_nvlink
+    expected = {a for a in range(count) if any(expects(a, b) for b in range(count) if b != a)}
     ranks = {rank for c in audit.channels for rank in (c.src_rank, c.dst_rank)}
     seen = {channel_gpu(dev) for c in audit.channels for dev in (c.src_dev, c.dst_dev)}
     missing = sorted(expected - seen)

@@ -10,6 +10,7 @@ counter that a limit needs but the source did not read makes the check unknown, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from pytest_nvlink.config import RUN_LIMIT_KIND, Threshold, Thresholds, error_run_key, error_total_key
 from pytest_nvlink.model import ERROR_COUNTER_NAMES, Gpu, Node, NvLinkInfo
@@ -33,6 +34,8 @@ class Finding:
 
 @dataclass
 class _Tally:
+    """What judging one GPU's counters found, by kind, before the verdict is worded."""
+
     findings: list[Finding]
     unread: list[str]  # "replay (run) on link(s) 3, 4" and the like
     impossible: list[str]
@@ -94,9 +97,9 @@ def _judge(
     if limit is None:
         (tally.waived_keys if thresholds.waiver(key) else tally.missing_keys).append(key)
         return
-    readings = [(link.link, (link.errors if scope == "total" else link.errors_run) or {}) for link in links]
-    values = {number: counters.get(counter) for number, counters in readings}
-    unread = [str(number) for number, value in values.items() if value is None]
+    total = scope == "total"
+    values = {link.link: ((link.errors if total else link.errors_run) or {}).get(counter) for link in links}
+    unread = [str(number) for number, value in values.items() if value is None] if None in values.values() else []
     if unread or not links:
         where = "no link reported" if not links else f"link(s) {', '.join(unread)}"
         where = f"all {len(links)} links" if links and len(unread) == len(links) else where
@@ -106,8 +109,9 @@ def _judge(
     if negative:
         tally.impossible.extend(negative)
         return
-    count = sum(v for v in values.values() if v is not None)
-    worst = max(values, key=lambda n: values[n] or 0)
+    read = cast("dict[int, int]", values)  # every link's counter was read (unread returned above)
+    count = sum(read.values())
+    worst = max(read, key=read.__getitem__)
     if scope == "run" and RUN_LIMIT_KIND[counter] == "per_s_max":
         if window is None or window <= 0:
             tally.unread.append(f"{counter} rate: the length of the measurement window was not recorded")

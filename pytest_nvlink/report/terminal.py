@@ -190,6 +190,8 @@ def _nonzero_counters(node: Node, attribute: str) -> str:
     for gpu in node.gpus:
         for link in gpu.nvlinks or []:
             counters: dict[str, int] = getattr(link, attribute) or {}
+            if not any(counters.values()):
+                continue  # nearly every link of a healthy domain: nothing to show
             shown = ", ".join(f"{name} {value}" for name, value in sorted(counters.items()) if value)
             if shown:
                 found.append(f"GPU {gpu.index} link {link.link}: {shown}")
