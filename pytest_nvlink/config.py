@@ -160,6 +160,8 @@ class Waiver:
 
 @dataclass
 class Thresholds:
+    """A resolved threshold set: every key's value and source file, and the keys waived with a reason."""
+
     name: str
     files: list[Path]
     values: dict[str, Threshold] = field(default_factory=dict)
@@ -360,6 +362,8 @@ def _check_consistency(thresholds: Thresholds) -> None:
 
 @dataclass(frozen=True)
 class PairExpectation:
+    """The path class a suite expects between GPUs ``a`` and ``b`` ([topology] pairs)."""
+
     a: int
     b: int
     path: str  # "NV12", "NV" (any NVLink), "PCIE" (any PCIe class) or one PCIe class
@@ -367,6 +371,8 @@ class PairExpectation:
 
 @dataclass
 class Measure:
+    """How a live run measures: copy sizes, iterations, warm-ups, timeout and pair mode ([measure])."""
+
     p2p_size_mib: int = 256
     p2p_iterations: int = 20
     p2p_warmup: int = 3
@@ -380,6 +386,8 @@ class Measure:
 
 @dataclass
 class Suite:
+    """A suite file: the node it expects (GPU count, models, NVSwitch, paths) and its threshold set."""
+
     name: str
     file: Path
     description: str

@@ -257,6 +257,8 @@ class NcclAudit:
 
 @dataclass
 class Measurements:
+    """The figures of a node: P2P per pair, collectives, and the NCCL transport audit."""
+
     p2p: list[P2PMeasurement] = field(default_factory=list)
     collectives: list[CollectiveMeasurement] = field(default_factory=list)
     nccl: NcclAudit | None = None

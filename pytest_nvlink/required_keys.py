@@ -22,6 +22,8 @@ from pytest_nvlink.model import ERROR_COUNTER_NAMES
 
 @dataclass(frozen=True)
 class Requirement:
+    """Threshold keys a suite of some shape needs, and why (a usage error names the reason)."""
+
     because: str  # why the suite needs the keys, as the error message says it
     applies: Callable[[Suite], bool]
     keys: tuple[str, ...]  # "{op}" expands to each collective in the suite's measure.collectives

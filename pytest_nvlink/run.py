@@ -37,6 +37,8 @@ AUTO = "auto"
 
 @dataclass
 class RunOptions:
+    """The run's options as given on the command line or in the ini file."""
+
     suite: str
     thresholds_file: Path | None = None
     replay: Path | None = None
@@ -135,6 +137,8 @@ def read_options(
 
 @dataclass
 class Run:
+    """One acceptance run: its options, the node read from its source, the suite and the thresholds."""
+
     options: RunOptions
     node: Node
     suite: Suite

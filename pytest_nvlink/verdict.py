@@ -23,6 +23,8 @@ class Outcome(Enum):
 
 @dataclass
 class Verdict:
+    """A check's outcome, its one sentence, and the properties its JUnit case carries."""
+
     outcome: Outcome
     message: str
     properties: list[tuple[str, str]] = field(default_factory=list)

@@ -19,6 +19,8 @@ T = TypeVar("T")
 
 @dataclass
 class Context:
+    """What every judge reads: the node, the suite and the thresholds, with answers worked out once."""
+
     node: Node
     suite: Suite
     thresholds: Thresholds

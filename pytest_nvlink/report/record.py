@@ -136,6 +136,8 @@ FAILURES_SHOWN = 3
 
 @dataclass(frozen=True)
 class FailureGroup:
+    """One check's failures for the summary: the first few shown, the others named by parameter."""
+
     check: str
     shown: list[ItemResult]
     others: list[str]  # the parameters ("gpu4", "gpu2-gpu6") of the failures not shown
