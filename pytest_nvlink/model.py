@@ -373,7 +373,9 @@ def _lookup(node: Node, name: str, records: list[R], key_of: Callable[[R], Hasha
     against the list, so an entry replaced in place is never answered from a stale index; a miss scans,
     as an edited list may hold the key at a position the index does not know.
     """
-    cache: dict[str, tuple[int, int, dict[Hashable, int]]] = node.__dict__.setdefault("_lookup_index", {})
+    cache: dict[str, tuple[int, int, dict[Hashable, int]]] | None = node.__dict__.get("_lookup_index")
+    if cache is None:
+        cache = node.__dict__["_lookup_index"] = {}
     held = cache.get(name)
     if held is None or held[0] != id(records) or held[1] != len(records):
         positions: dict[Hashable, int] = {}

@@ -5,16 +5,18 @@ all areas share: GPU and pair identity properties, resolving a GPU index, a miss
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 from pytest_nvlink.config import Suite, Thresholds
-from pytest_nvlink.model import Gpu, Node
+from pytest_nvlink.model import Gpu, Node, P2PStatus
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, not_applicable, unknown, waived
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass
@@ -60,9 +62,8 @@ class Context:
 
     def nvlink_pair_usable(self, src: int, dst: int) -> bool:
         """Both GPUs usable, on one host, and the suite expects NVLink between them: a pair check can run."""
-        try:
-            return self._usable[src, dst]
-        except KeyError:
+        usable = self._usable.get((src, dst))
+        if usable is None:  # not a KeyError: raising one costs more than the answer, for each of 5,112 pairs
             ready = self.ready_gpus()
             usable = self._usable[src, dst] = (
                 ready.get(src, False)
@@ -70,11 +71,19 @@ class Context:
                 and not self.suite.crosses_hosts(src, dst)
                 and self.suite.pair_expects_nvlink(src, dst)
             )
-            return usable
+        return usable
 
     def ready_gpus(self) -> dict[int, bool]:
         """Per GPU index, whether first_unusable passes it: listed (its first entry) and without a problem."""
         return self.remembered(("ready_gpus", 0, 0), _ready_gpus, self.node)
+
+    def p2p_statuses(self) -> dict[tuple[int, int], P2PStatus]:
+        """Every ordered pair's P2P status as Node.p2p_status finds it (a pair's first entry), worked out once."""
+        return self.remembered(("p2p_statuses", 0, 0), _first_of_each, self.node.p2p or [], _SRC_DST)
+
+    def path_classes(self) -> dict[tuple[int, int], str]:
+        """Every pair's path class by (lower, higher) index, as Node.path finds it, worked out once."""
+        return self.remembered(("path_classes", 0, 0), _path_classes, self.node)
 
     def all_usable(self, pairs: Sequence[tuple[int, int]]) -> bool:
         """Whether :meth:`nvlink_pair_usable` holds for every pair; answers already worked out are read in one call."""
@@ -223,3 +232,16 @@ def _ready_gpus(node: Node) -> dict[int, bool]:
         gpu = node.gpu(index)  # the entry first_unusable reads, were an index listed twice
         ready[index] = gpu is not None and not gpu.problem
     return ready
+
+
+def _first_of_each(records: list[R], key_of: Callable[[R], tuple[int, int]]) -> dict[tuple[int, int], R]:
+    """Each key's first record, as Node's lookups take the first of a key listed twice."""
+    return dict(zip(reversed(list(map(key_of, records))), reversed(records), strict=True))
+
+
+def _path_classes(node: Node) -> dict[tuple[int, int], str]:
+    return {pair: path.path for pair, path in _first_of_each(node.paths or [], _A_B).items()}
+
+
+_SRC_DST = operator.attrgetter("src", "dst")
+_A_B = operator.attrgetter("a", "b")

@@ -6,6 +6,7 @@ import functools
 import operator
 from collections.abc import Sequence
 from itertools import repeat
+from typing import cast
 
 from pytest_nvlink.config import path_matches
 from pytest_nvlink.judges.context import Context, pair_properties
@@ -51,11 +52,14 @@ def passing_paths(ctx: Context, pairs: Sequence[tuple[int, int]]) -> list[float 
         return None  # first_unusable names a GPU
     if suite.gpus_per_host is not None and any(map(suite.crosses_hosts, map(_FIRST, pairs), map(_SECOND, pairs))):
         return None
-    path_of = ctx.node.path
-    for a, b in pairs:
-        actual = path_of(a, b)
-        if actual is None or not path_matches(suite.expected_path(a, b), actual):
-            return None
+    ordered = all(map(operator.lt, map(_FIRST, pairs), map(_SECOND, pairs)))  # a group's (a, b) have a < b
+    found = list(map(ctx.path_classes().get, pairs if ordered else [(min(p), max(p)) for p in pairs]))
+    if not all(found):  # one not reported (an empty class matches no expectation either)
+        return None
+    actual = cast("list[str]", found)
+    expected = [suite.expected_path(a, b) for a, b in pairs] if suite.pairs else [suite.default_path] * len(pairs)
+    if not all(map(path_matches, expected, actual)):
+        return None
     return [None] * len(pairs)
 
 
@@ -159,8 +163,9 @@ def passing_statuses(ctx: Context, pairs: Sequence[tuple[int, int]]) -> list[flo
     """One None per pair when every pair surely passes :func:`p2p_status` (read, write and nvlink ok), else None."""
     if not ctx.all_usable(pairs):
         return None
-    statuses = list(map(ctx.node.p2p_status, map(_FIRST, pairs), map(_SECOND, pairs)))
-    if None in statuses or {*map(_CAPS_ON_NVLINK_OF, statuses)} - {_ALL_OK_CAPS}:
+    statuses = list(map(ctx.p2p_statuses().get, pairs))
+    # all(): a record is true, None false; "None in" would call each record's dataclass __eq__.
+    if not all(statuses) or {*map(_CAPS_ON_NVLINK_OF, statuses)} - {_ALL_OK_CAPS}:
         return None
     return [None] * len(pairs)
 
