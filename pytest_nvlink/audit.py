@@ -34,8 +34,7 @@ class AuditTally:
         nodeid = str(report.nodeid)
         when = getattr(report, "when", None)
         if when == "call":
-            recorded = [str(v) for k, v in getattr(report, "user_properties", []) if k == "outcome"]
-            self.outcomes[nodeid] = recorded[-1] if recorded else UNJUDGED
+            self.outcomes[nodeid] = _last_outcome(getattr(report, "user_properties", []))
         elif when == "setup" and not getattr(report, "passed", False):
             self.outcomes.setdefault(nodeid, UNJUDGED)
 
@@ -85,3 +84,11 @@ def evidence_header_line(node: Node) -> str:
     if missing:
         text += f"; no evidence for {', '.join(missing)}: their checks fail (skip with --nvlink-evidence-missing=skip)"
     return text
+
+
+def _last_outcome(properties: list[tuple[Any, Any]]) -> str:
+    """The last ``outcome`` an item recorded (a verdict judged twice: the later), else UNJUDGED."""
+    for name, value in reversed(properties):
+        if name == "outcome":
+            return str(value)
+    return UNJUDGED

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from pytest_nvlink.audit import UNJUDGED
@@ -85,10 +86,11 @@ class ItemLog:
 
 def item_result(report: Any) -> ItemResult:
     nodeid = str(report.nodeid)
-    props = [(str(k), str(v)) for k, v in getattr(report, "user_properties", [])]
+    props = text_properties(getattr(report, "user_properties", []))
     recorded = dict(props)  # a later value wins, as for a verdict judged twice
     outcome = recorded.get("outcome", UNJUDGED)
     message = recorded.get("message") or _crash_line(report)
+    improved = IMPROVED_PROPERTY in recorded
     return ItemResult(
         nodeid=nodeid,
         check=check_name(nodeid),
@@ -97,9 +99,19 @@ def item_result(report: Any) -> ItemResult:
         pytest_outcome=_pytest_outcome(report),
         message=message,
         properties={k: v for k, v in props if k not in RUN_PROPERTIES},
-        improvements=list(dict.fromkeys(v for k, v in props if k == IMPROVED_PROPERTY)),
+        improvements=list(dict.fromkeys(v for k, v in props if k == IMPROVED_PROPERTY)) if improved else [],
         pairs=getattr(report, "nvlink_pairs", None),
     )
+
+
+def text_properties(properties: Sequence[tuple[Any, Any]]) -> Sequence[tuple[str, str]]:
+    """A report's ``user_properties`` as text: as they are when every name and value is a str (ours are)."""
+    if {*map(type, chain.from_iterable(properties))} <= _STR:
+        return properties
+    return [(str(name), str(value)) for name, value in properties]
+
+
+_STR = frozenset({str})
 
 
 def _pytest_outcome(report: Any) -> str:
