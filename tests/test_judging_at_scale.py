@@ -188,6 +188,34 @@ def test_a_bidirectional_figure_is_the_pairs_worst_whichever_order_recorded_it()
     assert other_way.source == "b.txt"  # the node's own record is left as it was read
 
 
+@pytest.mark.parametrize("named_first", [False, True])
+def test_the_comparison_figure_has_the_named_figures_numbers(named_first: bool) -> None:
+    """p2p_for_comparison gives the worst figure as recorded; p2p names it with the others, when asked."""
+    from pytest_nvlink.model import Node, P2PMeasurement
+
+    node = Node(source="evidence", host="h")
+    high_first = P2PMeasurement(1, 0, "bidirectional", 700.0, "GB/s", source="a.txt", nvlink_bytes=9)
+    low_first = P2PMeasurement(0, 1, "bidirectional", 700.0, "GB/s", source="b.txt", nvlink_bytes=8)
+    worse = P2PMeasurement(0, 2, "latency", 3.5, "us", source="c.txt")
+    better = P2PMeasurement(0, 2, "latency", 2.5, "us", source="d.txt")
+    node.measurements.p2p = [high_first, low_first, better, worse]
+    provider = RecordedMeasurements(node)
+    if named_first:
+        named = provider.p2p(1, 0, "bidirectional")
+    compared = provider.p2p_for_comparison(1, 0, "bidirectional")
+    named = provider.p2p(0, 1, "bidirectional")
+    assert compared is not None and named is not None
+    # Of equal figures the one recorded low index first is the worst, as worst_figure() picks it.
+    assert dataclasses.replace(compared, source=None) == dataclasses.replace(named, source=None)
+    assert compared.nvlink_bytes == 8 and named.source == "b.txt (worst of 2 figures; also 700 GB/s from a.txt)"
+    assert compared is (named if named_first else low_first)
+    assert provider.p2p(0, 2, "latency") == dataclasses.replace(
+        worse, source="c.txt (worst of 2 figures; also 2.5 us from d.txt)"
+    )
+    assert provider.p2p_for_comparison(0, 2, "latency") == provider.p2p(0, 2, "latency")
+    assert provider.p2p_for_comparison(2, 0, "latency") is None
+
+
 def test_the_worst_of_several_figures_is_a_copy_of_its_own_class() -> None:
     from pytest_nvlink.model import P2PMeasurement
     from pytest_nvlink.provider import worst_figure

@@ -29,7 +29,9 @@ def _judge_figure(context: Context, provider: MeasurementProvider, pairs: PairSe
         measurement = provider.p2p(src, dst, kind) if _worth_measuring(context, src, dst) else None
         return bandwidth.p2p_figure(context, src, dst, kind, measurement)
 
-    return pairs.verdict(one, lambda group: bandwidth.passing_figures(context, group, kind, provider.p2p))
+    return pairs.verdict(
+        one, lambda group: bandwidth.passing_figures(context, group, kind, provider.p2p_for_comparison)
+    )
 
 
 def test_p2p_unidirectional(nvlink_check: CheckKit, nvlink_ordered_pairs: PairSet) -> None:
@@ -56,6 +58,9 @@ def test_p2p_path_proof(nvlink_check: CheckKit, nvlink_ordered_pairs: PairSet) -
 
     nvlink_check.judge(
         nvlink_ordered_pairs.verdict(
-            one, lambda pairs: bandwidth.passing_proofs(nvlink_check.context, pairs, nvlink_check.measurements.p2p)
+            one,
+            lambda pairs: bandwidth.passing_proofs(
+                nvlink_check.context, pairs, nvlink_check.measurements.p2p_for_comparison
+            ),
         )
     )
