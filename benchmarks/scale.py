@@ -18,6 +18,9 @@ directory (never the checkout's, whose files may be stale), warmed by the untime
 items. A machine that cannot keep bytecode (PYTHONDONTWRITEBYTECODE=1 and none written before) pays
 more: pytest then parses and assertion-rewrites every module of a pytest11 plugin on every run.
 
+``--instructions`` also counts each side's instructions once under valgrind (minutes per size): unlike
+times, the count is the same on every run, so it shows a change's effect on a noisy machine.
+
 ``--other-plugins``: ``off`` (the default) runs both sides with every other installed pytest11
 plugin disabled (``-p no:NAME``): the comparison is pytest alone against pytest with this plugin,
 as after ``pip install pytest-nvlink``. A development venv's hypothesis plugin alone imports
@@ -28,7 +31,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -45,7 +50,6 @@ from synthetic_node import synthetic_node, write_synthetic  # noqa: E402
 
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
 OWN_PACKAGE = "pytest_nvlink."
-TARGET_RATIO = 1.5
 TARGET_OVER_STARTUP_S = 5.0
 TARGET_RATIO = 1.5  # the replay against pytest alone running as many trivial items, at every size
 
@@ -77,6 +81,17 @@ def _timed(args: Sequence[str], cwd: Path) -> tuple[float, float]:
     if done.returncode != 0:
         raise SystemExit(f"pytest {' '.join(args)} exited {done.returncode}: {done.stderr.decode()[-2000:]}")
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def _instructions(args: Sequence[str], cwd: Path) -> int:
+    """Instructions one pytest run executes (valgrind's cachegrind): the same on every run, unlike times."""
+    env = {**CHILD_ENV, "PYTHONHASHSEED": "0"}  # str hashing, and with it set and dict layouts, as every run
+    command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", *PYTEST, *args]
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False, env=env)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    if found is None:
+        raise SystemExit(f"valgrind {' '.join(args)}: no instruction count: {done.stderr[-2000:]}")
+    return int(found.group(1).replace(",", ""))
 
 
 def _count_items(args: Sequence[str], cwd: Path) -> int:
@@ -126,7 +141,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--other-plugins", choices=("off", "on"), default="off", help="other pytest11 plugins disabled (default)"
     )
+    parser.add_argument(
+        "--instructions", action="store_true", help="also count each side's instructions once (needs valgrind)"
+    )
     args = parser.parse_args(argv)
+    if args.instructions and shutil.which("valgrind") is None:
+        parser.error("--instructions needs valgrind on PATH")
     disabled = _other_plugins_off() if args.other_plugins == "off" else []
     PYTEST.extend(disabled)
     with tempfile.TemporaryDirectory(prefix="nvlink-scale-") as temporary:
@@ -157,6 +177,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(_row(label, items, replay, trivial), flush=True)
             results[label] = (_median(replay, 0), _median(replay, 1))
             paired[label] = _paired(replay, trivial)
+            if args.instructions:
+                ours, theirs = _instructions(replay_args, folder), _instructions(trivial_args, folder)
+                print(
+                    f"{'':>22}  instructions: replay {ours / 1e9:.2f} G, trivial {theirs / 1e9:.2f} G, "
+                    f"ratio {ours / theirs:.2f}",
+                    flush=True,
+                )
         over_ratio = [label for label, ratio in paired.items() if ratio > TARGET_RATIO and "pair_items" not in label]
         verdict = f"NOT met at {', '.join(over_ratio)}" if over_ratio else "met at every size"
         print(f"replay / trivial <= {TARGET_RATIO} (CPU, paired median): {verdict}")
