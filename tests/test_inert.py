@@ -70,9 +70,9 @@ def test_a_check_module_whose_every_check_is_absent_is_not_imported(pytester: py
 
 
 def test_whole_module_areas_name_each_modules_own_area() -> None:
-    from pytest_nvlink import plugin
+    from pytest_nvlink import plugin_shape
 
-    for name, area in plugin.WHOLE_MODULE_AREAS.items():
+    for name, area in plugin_shape.WHOLE_MODULE_AREAS.items():
         module = __import__(f"pytest_nvlink.checks.{name.removesuffix('.py')}", fromlist=["pytestmark"])
         assert module.pytestmark.args == (area,), name
         checks = [value for key, value in vars(module).items() if key.startswith("test_") and callable(value)]
