@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from pytest_nvlink.plugin import CHECKS_DIR, RUN_KEY
-from pytest_nvlink.run import Run
+from pytest_nvlink.run import Run, baseline_not_collected, not_collected
 
 
 def run_of(config: pytest.Config) -> Run | None:
+    """The run of this pytest session; None before it is built (or once it was let go)."""
     return config.stash.get(RUN_KEY, None)
 
 
@@ -46,8 +47,6 @@ class ShapeFilter:
     def absent(self, run: Run) -> dict[str, str]:
         """The checks this suite and run leave out, keyed by fixture name or ``area:<marker area>``."""
         if self._absent is None:
-            from pytest_nvlink.run import baseline_not_collected, not_collected
-
             self._absent = not_collected(run.suite) | baseline_not_collected(run)
         return self._absent
 
