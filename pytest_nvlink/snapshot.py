@@ -56,6 +56,7 @@ def node_to_dict(node: Node) -> dict[str, Any]:
 
 
 def snapshot_document(node: Node) -> dict[str, Any]:
+    """The snapshot's JSON document (current schema): the node, its long record lists as tables."""
     data = node_to_dict(node)
     for (*parents, name), cls in _TABLES:
         holder = data
