@@ -53,8 +53,8 @@ class RecordedMeasurements:
     def p2p(self, src: int, dst: int, kind: str) -> P2PMeasurement | None:
         key, answers = _pair_key(src, dst, kind), self._recorded()
         several = self._several.pop(key, None)
-        if several is not None:
-            answers[key] = _named_worst(several)  # the worst, now named with the others
+        if several is not None:  # the worst, picked when the figures were read, now named with the others
+            answers[key] = _named_as_worst(sorted(several, key=_recorded_high_first), answers[key])
         return answers.get(key)
 
     def p2p_for_comparison(self, src: int, dst: int, kind: str) -> P2PMeasurement | None:
@@ -109,12 +109,6 @@ def _worst_of(found: list[P2PMeasurement]) -> P2PMeasurement:
     return second if _badness_order(second) < _badness_order(first) else first
 
 
-def _named_worst(found: list[P2PMeasurement]) -> P2PMeasurement:
-    worst = worst_figure(sorted(found, key=_recorded_high_first))
-    assert worst is not None  # found holds two figures or more
-    return worst
-
-
 def _recorded_high_first(m: P2PMeasurement) -> bool:
     return m.src > m.dst
 
@@ -127,7 +121,11 @@ def worst_figure(found: list[P2PMeasurement]) -> P2PMeasurement | None:
     """
     if len(found) <= 1:
         return found[0] if found else None
-    worst = min(found, key=_badness_order)
+    return _named_as_worst(found, min(found, key=_badness_order))
+
+
+def _named_as_worst(found: list[P2PMeasurement], worst: P2PMeasurement) -> P2PMeasurement:
+    """A copy of ``worst`` whose source names the other figures of ``found``, in their order."""
     others = "; ".join(f"{_shown(m)} from {m.source or 'unknown source'}" for m in found if m is not worst)
     return _with_source(worst, f"{worst.source or 'unknown source'} (worst of {len(found)} figures; also {others})")
 
