@@ -46,11 +46,8 @@ class Context:
         return "topology.pairs" if (min(a, b), max(a, b)) in self.suite.pairs else "topology.default"
 
     def first_unusable(self, *indices: int) -> int | None:
-        for index in indices:
-            gpu = self.node.gpu(index)
-            if gpu is None or gpu.problem:
-                return index
-        return None
+        ready = self.ready_gpus()
+        return next((index for index in indices if not ready.get(index, False)), None)
 
     def remembered(self, key: tuple[str, int, int], work_out: Callable[..., T], *args: object) -> T:
         """``work_out(*args)`` the first time ``key`` is asked for, the same answer after that."""
@@ -74,7 +71,7 @@ class Context:
         return usable
 
     def ready_gpus(self) -> dict[int, bool]:
-        """Per GPU index, whether first_unusable passes it: listed (its first entry) and without a problem."""
+        """Per GPU index, whether it can be judged: listed (as Node.gpu finds it) and without a problem."""
         return self.remembered(("ready_gpus", 0, 0), _ready_gpus, self.node)
 
     def p2p_statuses(self) -> dict[tuple[int, int], P2PStatus]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Sequence
-from itertools import repeat
+from itertools import chain, repeat
 from typing import cast
 
 from pytest_nvlink.config import path_matches
@@ -46,9 +46,7 @@ def pair_path(ctx: Context, a: int, b: int) -> Verdict:
 def passing_paths(ctx: Context, pairs: Sequence[tuple[int, int]]) -> list[float | None] | None:
     """One None (no figure to rank by) per pair when every pair surely passes :func:`pair_path`, else None."""
     ready, suite = ctx.ready_gpus(), ctx.suite
-    if not all(map(ready.get, map(_FIRST, pairs), repeat(False))) or not all(
-        map(ready.get, map(_SECOND, pairs), repeat(False))
-    ):
+    if not all(map(ready.get, chain.from_iterable(pairs), repeat(False))):
         return None  # first_unusable names a GPU
     if suite.gpus_per_host is not None and any(map(suite.crosses_hosts, map(_FIRST, pairs), map(_SECOND, pairs))):
         return None
@@ -57,8 +55,7 @@ def passing_paths(ctx: Context, pairs: Sequence[tuple[int, int]]) -> list[float 
     if not all(found):  # one not reported (an empty class matches no expectation either)
         return None
     actual = cast("list[str]", found)
-    expected = [suite.expected_path(a, b) for a, b in pairs] if suite.pairs else [suite.default_path] * len(pairs)
-    if not all(map(path_matches, expected, actual)):
+    if not all(map(path_matches, map(suite.expected_path, map(_FIRST, pairs), map(_SECOND, pairs)), actual)):
         return None
     return [None] * len(pairs)
 
