@@ -239,7 +239,7 @@ def pytest_xdist_setupnodes(config: pytest.Config) -> None:
     The controller does not collect, so it cannot tell which checks the workers will run; the
     workers never measure (two campaigns on one node would contend for the GPUs).
     """
-    run = _run(config)
+    run = run_of(config)
     if run is None or run.node.source != "live" or run.probe_failed() or run.options.quick:
         return
     from pytest_nvlink.plugin_live import live_provider
@@ -249,19 +249,20 @@ def pytest_xdist_setupnodes(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
-    run = _run(node.config)
+    run = run_of(node.config)
     if run is not None:
         from pytest_nvlink.handover import WORKERINPUT_KEY, node_text
 
         node.workerinput[WORKERINPUT_KEY] = node_text(run.node)
 
 
-def _run(config: pytest.Config) -> Run | None:
+def run_of(config: pytest.Config) -> Run | None:
+    """The run of this pytest session; None without --nvlink-suite, before it is built, or once let go."""
     return config.stash.get(RUN_KEY, None)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
-    run = _run(config)
+    run = run_of(config)
     if run is None:
         return None
     from pytest_nvlink.report import header_lines
@@ -272,7 +273,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    run = _run(config)
+    run = run_of(config)
     if run is None or run.gate_only() is None:
         return
     # Nothing was probed, or no suite fits: the gate check says why in one line, not one failure per GPU and pair.
@@ -324,7 +325,7 @@ def nvlink_run() -> Run:
 def _session_run() -> Run:
     # The fixtures below read the run here rather than through nvlink_run: pytest resolves a fixture's
     # dependencies again for every item that uses it, cached or not, and every shipped check uses three.
-    run = _run(_session().config)
+    run = run_of(_session().config)
     if run is None:
         pytest.fail(NEED_SUITE, pytrace=False)
     return run
@@ -336,7 +337,7 @@ def not_parametrized(name: str) -> NoReturn:
     Direct parametrization replaces the fixture's function, so the function asks for no ``request``
     (which would stay in every item's closure, built anew per item) and never reads ``request.param``.
     """
-    if _run(_session().config) is None:
+    if run_of(_session().config) is None:
         pytest.fail(NEED_SUITE, pytrace=False)
     pytest.fail(f"{name} takes its values from the suite only as an argument of a test function", pytrace=False)
 

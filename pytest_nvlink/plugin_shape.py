@@ -14,14 +14,8 @@ from typing import Any
 
 import pytest
 
-from pytest_nvlink.plugin import CHECKS_DIR, RUN_KEY
+from pytest_nvlink.plugin import CHECKS_DIR, run_of
 from pytest_nvlink.run import Run, baseline_not_collected, not_collected
-
-
-def run_of(config: pytest.Config) -> Run | None:
-    """The run of this pytest session; None before it is built (or once it was let go)."""
-    return config.stash.get(RUN_KEY, None)
-
 
 # Shipped check modules whose checks all carry one area (their pytestmark): absent, the module is not collected.
 WHOLE_MODULE_AREAS: dict[str, str] = {

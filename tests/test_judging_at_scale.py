@@ -241,7 +241,7 @@ class _RunWatcher:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         from pytest_nvlink import plugin  # the module of this run, however pytester imported it
 
-        run = plugin._run(session.config)
+        run = plugin.run_of(session.config)
         assert run is not None
         self.runs.append(weakref.ref(run))
 
