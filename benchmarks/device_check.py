@@ -29,8 +29,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pytest_nvlink import nvml_fields  # noqa: E402
 from pytest_nvlink.measure import _proc  # noqa: E402
+from pytest_nvlink.sources.live import fields as nvml_fields  # noqa: E402
 
 Result = dict[str, Any]
 CHILD_TIMEOUT_S = 150.0
@@ -122,7 +122,7 @@ def _cuda() -> Any:
 
 def section_probe() -> Result:
     """probe_node() end to end: which facts are known, which unknown and why."""
-    from pytest_nvlink.nvml_probe import probe_node
+    from pytest_nvlink.sources.live.probe import probe_node
 
     node = probe_node()
     if not node.gpus:
@@ -179,7 +179,7 @@ def section_nvml_fields() -> Result:
 def section_cuda_join() -> Result:
     """The CUDA<->NVML join (listed by a child) and whether this parent holds a CUDA context."""
     from pytest_nvlink.measure.cuda_join import cuda_devices_in_child
-    from pytest_nvlink.nvml_probe import join_cuda_indices, probe_node
+    from pytest_nvlink.sources.live.probe import join_cuda_indices, probe_node
 
     node = probe_node()
     if not node.gpus:
@@ -216,7 +216,7 @@ def _parent_has_context() -> bool | None:
 def child_counter_freshness() -> Result:
     """PCIe counter unit and freshness: a 1 GiB host->device copy, counters read at 0, 10 ms, 100 ms, 1 s."""
     torch = _cuda()
-    from pytest_nvlink import nvml_counters
+    from pytest_nvlink.sources.live import counters as nvml_counters
 
     nvml = _nvml()
     try:
@@ -281,7 +281,7 @@ def child_p2p_pair() -> Result:
 def child_nccl() -> Result:
     """NCCL with one rank and with every local GPU: the five collectives, verified, with their logs."""
     torch = _cuda()
-    from pytest_nvlink.config import Measure
+    from pytest_nvlink.config.settings import Measure
     from pytest_nvlink.measure.runner import MeasurementSession
 
     worlds = sorted({1, torch.cuda.device_count()})
@@ -302,7 +302,7 @@ def child_nccl() -> Result:
 
 def nccl_line_shapes(texts: Any) -> dict[str, Any]:
     """The WARN/INFO prefixes this NCCL writes, with digits masked, and how many our parser reads."""
-    from pytest_nvlink.parsers import nccl_log
+    from pytest_nvlink.sources.evidence.parsers import nccl_log
 
     shapes: dict[str, int] = {}
     unparsed = 0

@@ -67,10 +67,11 @@ def measure(tree: Path, path: Path, runs: int, plain: bool) -> dict[str, Any]:
     if plain:
         sys.modules["orjson"] = None  # type: ignore[assignment]  # import orjson now raises ImportError
     sys.path.insert(0, str(tree))
-    from pytest_nvlink import json_records, snapshot
+    from pytest_nvlink.core.textfile import read_text_file
+    from pytest_nvlink.core.values import value_problems
     from pytest_nvlink.model import Node
-    from pytest_nvlink.textfile import read_text_file
-    from pytest_nvlink.values import value_problems
+    from pytest_nvlink.model import document as snapshot
+    from pytest_nvlink.model import records as json_records
 
     text = read_text_file(path, snapshot.SNAPSHOT_MAX_BYTES)
     fast = getattr(snapshot, "_fast_decoder", lambda: None)()  # a tree without it decodes with json

@@ -16,6 +16,7 @@ import argparse
 import difflib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,14 +32,21 @@ SCENARIOS: dict[str, list[str]] = {
     "evidence": [
         "--nvlink-suite=a100-8gpu",
         "--nvlink-evidence-missing=skip",
-        "--nvlink-evidence={repo}/tests/data/evidence/topo/a100-sxm4-80gb-8gpu-distserve3.txt",
-        "--nvlink-evidence={repo}/tests/data/evidence/p2pBandwidthLatencyTest/a100-sxm4-80gb-8gpu-distserve3.txt",
+        "--nvlink-evidence={work}/topo.txt",
+        "--nvlink-evidence={work}/p2p.txt",
     ],
     "baseline": [
         "--nvlink-suite=h100-8gpu",
         "--nvlink-replay=h100-8gpu-degraded",
-        "--nvlink-baseline={repo}/snapshots/h100-8gpu-healthy.json",
+        "--nvlink-baseline={work}/baseline.json",
     ],
+}
+# Inputs copied into the run's folder first, so that no message's length depends on the checkout's path
+# (the terminal cuts long messages).
+COPIED: dict[str, str] = {
+    "topo.txt": "tests/data/evidence/topo/a100-sxm4-80gb-8gpu-distserve3.txt",
+    "p2p.txt": "tests/data/evidence/p2pBandwidthLatencyTest/a100-sxm4-80gb-8gpu-distserve3.txt",
+    "baseline.json": "snapshots/h100-8gpu-healthy.json",
 }
 
 _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -51,6 +59,8 @@ _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^(rootdir|plugins|configfile|cachedir): .*$", re.M), r"\1: <masked>"),
     (re.compile(r'"plugin_version": "[^"]*"'), '"plugin_version": "<v>"'),
     (re.compile(r'hostname="[^"]*"'), 'hostname="<h>"'),
+    # pytest names the source line of a skip call: where the plugin's code sits, not what it says.
+    (re.compile(r"\S*pytest_nvlink/[\w/]+\.py:\d+"), "<plugin source line>"),
 )
 
 
@@ -66,7 +76,9 @@ def capture(out: Path) -> None:
     for name, args in SCENARIOS.items():
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
-            argv = [a.format(repo=REPO) for a in args]
+            for name_there, source in COPIED.items():
+                shutil.copyfile(REPO / source, work / name_there)
+            argv = [a.format(work=work) for a in args]
             argv += [
                 f"--junitxml={work / 'junit.xml'}",
                 f"--nvlink-json={work / 'results.json'}",
@@ -93,7 +105,7 @@ def compare(before: Path, after: Path) -> int:
         if a != b:
             differing += 1
             diff = difflib.unified_diff(a, b, str(before / name), str(after / name), n=1)
-            sys.stdout.writelines(line + "\n" for line in diff)
+            sys.stdout.writelines(line[:400] + "\n" for line in diff)
     print(f"{len(names) - differing} of {len(names)} outputs identical")
     return 1 if differing else 0
 

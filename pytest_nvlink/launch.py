@@ -16,11 +16,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_nvlink.config import ConfigError, load_suite, load_thresholds
+from pytest_nvlink.config.settings import ConfigError, load_suite, load_thresholds
 from pytest_nvlink.measure.launch_run import RACK_SNAPSHOT, Settings, run_collectives_command, run_rack_command
 from pytest_nvlink.measure.ranks import RankEnvError, rank_info
 from pytest_nvlink.measure.sendrecv import DEFAULT_CROSS_PEERS
-from pytest_nvlink.snapshot import SnapshotError, check_writable
+from pytest_nvlink.model.document import SnapshotError, check_writable
 
 PROG = "python -m pytest_nvlink.launch"
 

@@ -28,7 +28,7 @@ def snapshot_with_lists(path: Path) -> dict[str, Any]:
     import dataclasses
     import json
 
-    from pytest_nvlink.snapshot import load_snapshot, node_to_dict
+    from pytest_nvlink.model.document import load_snapshot, node_to_dict
 
     document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     node = dataclasses.replace(load_snapshot(path), source=document["node"]["source"])
@@ -50,7 +50,7 @@ FAKE_NVML_PLUGIN = """
 import sys
 from pathlib import Path
 from fake_pynvml import make_fake_pynvml
-from pytest_nvlink.snapshot import load_snapshot
+from pytest_nvlink.model.document import load_snapshot
 module = make_fake_pynvml(load_snapshot(Path({path!r})){options})
 {setup}
 sys.modules["pynvml"] = module
@@ -78,7 +78,7 @@ def serve_live_node(
     """Save the first ``gpu_count`` GPUs of ``node`` as a live node and write ``fake_nvml_plugin`` serving it."""
     import dataclasses
 
-    from pytest_nvlink.snapshot import save_snapshot
+    from pytest_nvlink.model.document import save_snapshot
 
     node.gpus = node.gpus[:gpu_count]
     node.paths = [p for p in node.paths or [] if p.b < gpu_count]
@@ -94,7 +94,7 @@ def install_fake_nvml(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
     """Put a snapshot-driven fake ``pynvml`` into ``sys.modules`` for the live probe to import."""
     from fake_pynvml import make_fake_pynvml
 
-    from pytest_nvlink.snapshot import load_snapshot
+    from pytest_nvlink.model.document import load_snapshot
 
     def install(snapshot: str | None, **options: Any) -> Any:
         node = load_snapshot(SNAPSHOTS / f"{snapshot}.json") if snapshot else None

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 from conftest import EVIDENCE
 
-from pytest_nvlink.audit import UNJUDGED, AuditTally, evidence_header_line
-from pytest_nvlink.evidence import load_evidence
+from pytest_nvlink.record.audit import UNJUDGED, AuditTally, evidence_header_line
+from pytest_nvlink.sources.evidence.load import load_evidence
 
 TOPO = EVIDENCE / "topo/a100-sxm4-80gb-8gpu-distserve3.txt"
 USER_TESTS = """

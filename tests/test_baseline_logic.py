@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from conftest import DATA, SNAPSHOTS
 
-from pytest_nvlink.baseline import Baseline, environment_changes, match_gpus
-from pytest_nvlink.config import ConfigError
-from pytest_nvlink.environment import stamp_environment
+from pytest_nvlink.config.settings import ConfigError
 from pytest_nvlink.judges.baseline import _differing_conditions, p2p_pair
+from pytest_nvlink.judges.baseline_match import Baseline, environment_changes, match_gpus
 from pytest_nvlink.model import Environment, Gpu, Node
-from pytest_nvlink.run import Run, RunOptions, build_run
-from pytest_nvlink.snapshot import SCHEMA_VERSION, load_snapshot_document, migrate_document
+from pytest_nvlink.model.document import SCHEMA_VERSION, load_snapshot_document, migrate_document
+from pytest_nvlink.plugin.run import Run, RunOptions, build_run
+from pytest_nvlink.record.environment import stamp_environment
 from pytest_nvlink.verdict import Outcome
 
 HEALTHY = SNAPSHOTS / "h100-8gpu-healthy.json"
@@ -59,7 +59,7 @@ def test_schema1_documents_migrate_on_read() -> None:
 
 
 def test_a_threshold_set_without_tolerances_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_nvlink import config
+    from pytest_nvlink.config import settings as config
 
     original = config.load_thresholds
 
@@ -68,7 +68,7 @@ def test_a_threshold_set_without_tolerances_is_a_usage_error(monkeypatch: pytest
         del thresholds.values["baseline.latency_rise_max_pct"]
         return thresholds
 
-    monkeypatch.setattr("pytest_nvlink.run.load_thresholds", without_baseline)
+    monkeypatch.setattr("pytest_nvlink.plugin.run.load_thresholds", without_baseline)
     with pytest.raises(ConfigError, match=r"h100-sxm.toml:baseline.latency_rise_max_pct: required key missing"):
         _run()
 
@@ -102,7 +102,7 @@ def test_a_missing_figure_now_fails_closed() -> None:
 
 
 def test_a_tolerance_is_a_finite_percentage() -> None:
-    from pytest_nvlink.config import THRESHOLD_SCHEMA
+    from pytest_nvlink.config.settings import THRESHOLD_SCHEMA
 
     check = THRESHOLD_SCHEMA["baseline.p2p_drop_max_pct"]
     assert check(5.0) is None
@@ -112,8 +112,8 @@ def test_a_tolerance_is_a_finite_percentage() -> None:
 
 
 def test_a_live_run_records_the_suites_conditions_as_the_demo_snapshots_do() -> None:
-    from pytest_nvlink.environment import stamp_conditions
-    from pytest_nvlink.snapshot import load_snapshot
+    from pytest_nvlink.model.document import load_snapshot
+    from pytest_nvlink.record.environment import stamp_conditions
 
     recorded = load_snapshot(HEALTHY)
     live = load_snapshot(HEALTHY)

@@ -11,12 +11,12 @@ import pytest
 from conftest import SNAPSHOTS, serve_live_node, tiny_collective_thresholds
 from fake_pynvml import make_fake_pynvml
 
-from pytest_nvlink.campaign import CampaignWatch
-from pytest_nvlink.config import load_suite, load_thresholds
+from pytest_nvlink.config.settings import load_suite, load_thresholds
 from pytest_nvlink.judges import platform
 from pytest_nvlink.judges.context import Context
+from pytest_nvlink.measure.campaign import CampaignWatch
 from pytest_nvlink.model import Measurements, Node
-from pytest_nvlink.snapshot import load_snapshot, save_snapshot
+from pytest_nvlink.model.document import load_snapshot, save_snapshot
 from pytest_nvlink.verdict import Outcome
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from pytest_nvlink.config import (
+from pytest_nvlink.config.required_keys import check_required_keys, required_keys
+from pytest_nvlink.config.settings import (
     ConfigError,
     data_dir,
     load_suite,
@@ -17,7 +18,6 @@ from pytest_nvlink.config import (
     pick_suite_for,
     shipped_names,
 )
-from pytest_nvlink.required_keys import check_required_keys, required_keys
 
 SHIPPED_SUITES = {
     "a100-8gpu",

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import sample, topo_p2p_text
 
-from pytest_nvlink.evidence import FAMILIES, EvidenceConflict, EvidenceError, coverage, load_evidence
 from pytest_nvlink.model import Gpu, GpuList, Node, NvLinkInfo, PairPath
-from pytest_nvlink.snapshot import snapshot_document
+from pytest_nvlink.model.document import snapshot_document
+from pytest_nvlink.sources.evidence.load import FAMILIES, EvidenceConflict, EvidenceError, coverage, load_evidence
 
 A100_TOPO = "topo/a100-sxm4-80gb-8gpu-distserve3.txt"
 A100_P2P = "p2pBandwidthLatencyTest/a100-sxm4-80gb-8gpu-distserve3.txt"
@@ -321,15 +321,15 @@ def test_nccl_tests_rank_count_from_the_bus_factor(tmp_path: Path) -> None:
 
 
 def test_every_evidence_family_names_the_checks_it_feeds() -> None:
-    from pytest_nvlink.evidence import FAMILIES
     from pytest_nvlink.report import FAMILY_CHECKS
+    from pytest_nvlink.sources.evidence.load import FAMILIES
 
     assert set(FAMILY_CHECKS) == set(FAMILIES)
 
 
 def test_merge_keeps_both_sides_and_names_the_conflicting_field() -> None:
     from pytest_nvlink.model import P2PStatus
-    from pytest_nvlink.model_merge import MergeConflict, merge_into
+    from pytest_nvlink.model.merge import MergeConflict, merge_into
 
     ours = Node(source="evidence", gpus=[Gpu(index=0, nvlinks=[NvLinkInfo(link=0, active=True, errors={"replay": 1})])])
     ours.p2p = [P2PStatus(0, 1, read="not_supported")]
@@ -353,8 +353,8 @@ def test_merge_keeps_both_sides_and_names_the_conflicting_field() -> None:
 
 def test_worst_of_several_figures_is_judged() -> None:
     from pytest_nvlink.judges.collectives import pick_collective
+    from pytest_nvlink.measure.provider import worst_figure
     from pytest_nvlink.model import CollectiveMeasurement, P2PMeasurement
-    from pytest_nvlink.provider import worst_figure
 
     fast = P2PMeasurement(0, 1, "unidirectional", 380.0, "GB/s", source="a.txt")
     slow = P2PMeasurement(0, 1, "unidirectional", 120.0, "GB/s", source="b.txt")
@@ -376,7 +376,7 @@ def test_worst_of_several_figures_is_judged() -> None:
 
 
 def test_p2p_status_of_an_nvlink_pair_needs_the_nvlink_capability(tmp_path: Path) -> None:
-    from pytest_nvlink.config import load_suite, load_thresholds
+    from pytest_nvlink.config.settings import load_suite, load_thresholds
     from pytest_nvlink.judges.context import Context
     from pytest_nvlink.judges.topology import p2p_status
     from pytest_nvlink.verdict import Outcome

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import sample
 
-from pytest_nvlink.evidence import load_evidence
-from pytest_nvlink.parsers import nvbandwidth
+from pytest_nvlink.sources.evidence.load import load_evidence
+from pytest_nvlink.sources.evidence.parsers import nvbandwidth
 
 SAMPLE = "nvbandwidth/nvbandwidth-readme-example-8gpu-old-format.txt"
 NAME = "device_to_device_bidirectional_memcpy_read_ce"

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import sample
 
-from pytest_nvlink.evidence import load_evidence
 from pytest_nvlink.model import FabricInfo
-from pytest_nvlink.parsers import detect, smi_query
+from pytest_nvlink.sources.evidence.load import load_evidence
+from pytest_nvlink.sources.evidence.parsers import detect, smi_query
 
 SMI_Q = "nvidia-smi-q/h100-sxm-8gpu-constructed-q.txt"
 

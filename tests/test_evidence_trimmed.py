@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import sample
 
-from pytest_nvlink.evidence import load_evidence
-from pytest_nvlink.parsers import detect, nccl_log, nccl_tests
+from pytest_nvlink.sources.evidence.load import load_evidence
+from pytest_nvlink.sources.evidence.parsers import detect, nccl_log, nccl_tests
 
 NCCL_TESTS = "nccl-tests/a100-sxm4-40gb-8gpu-oci-bm-gpu4-allreduce.txt"
 NCCL_LOG = "nccl-debug/h20-nvlink-two-pods-p2p-cumem-nccl1781.txt"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_nvlink.fleet.hostlist import MAX_HOSTS, HostlistError, expand, first_host
+from pytest_nvlink.core.hostlist import MAX_HOSTS, HostlistError, expand, first_host
 
 
 @pytest.mark.parametrize(

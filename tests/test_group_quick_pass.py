@@ -24,15 +24,15 @@ from synthetic_node import write_synthetic
 
 from pytest_nvlink.checks import test_bandwidth as bandwidth_checks
 from pytest_nvlink.checks import test_topology as topology_checks
-from pytest_nvlink.config import PairExpectation
+from pytest_nvlink.config.settings import PairExpectation
 from pytest_nvlink.judges import bandwidth, topology
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.judges.groups import AllPass, Pair, PairSet, pair_records
+from pytest_nvlink.measure.provider import RecordedMeasurements
 from pytest_nvlink.model import Node
 from pytest_nvlink.plugin import CheckKit
-from pytest_nvlink.plugin_pairs import pair_sets
-from pytest_nvlink.provider import RecordedMeasurements
-from pytest_nvlink.run import Run, RunOptions, build_run
+from pytest_nvlink.plugin.pairs import pair_sets
+from pytest_nvlink.plugin.run import Run, RunOptions, build_run
 from pytest_nvlink.verdict import Outcome, Verdict
 
 COUNT = 12

@@ -70,7 +70,7 @@ def test_a_check_module_whose_every_check_is_absent_is_not_imported(pytester: py
 
 
 def test_whole_module_areas_name_each_modules_own_area() -> None:
-    from pytest_nvlink import plugin_shape
+    from pytest_nvlink.plugin import shape as plugin_shape
 
     for name, area in plugin_shape.WHOLE_MODULE_AREAS.items():
         module = __import__(f"pytest_nvlink.checks.{name.removesuffix('.py')}", fromlist=["pytestmark"])

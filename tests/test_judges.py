@@ -7,11 +7,11 @@ import copy
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink.config import load_suite, load_thresholds
+from pytest_nvlink.config.settings import load_suite, load_thresholds
 from pytest_nvlink.judges import bandwidth, collectives, inventory, nvlink, platform, topology
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, P2PMeasurement, TransportChannel
-from pytest_nvlink.snapshot import load_snapshot
+from pytest_nvlink.model.document import load_snapshot
 from pytest_nvlink.verdict import Outcome
 
 GB = 10**9
@@ -102,7 +102,7 @@ def test_path_proof_without_counters_fails_unless_waived() -> None:
     assert verdict.outcome is Outcome.FAIL and "RmProfilingAdminOnly" in verdict.message
     assert '[waive] "p2p.nvlink_counter_fraction_min"' in verdict.message
     waived = copy.deepcopy(ctx)
-    from pytest_nvlink.config import Waiver
+    from pytest_nvlink.config.settings import Waiver
 
     key = "p2p.nvlink_counter_fraction_min"
     del waived.thresholds.values[key]

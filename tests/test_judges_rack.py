@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink.config import ConfigError, load_suite, load_thresholds
+from pytest_nvlink.config.required_keys import required_keys
+from pytest_nvlink.config.settings import ConfigError, load_suite, load_thresholds
 from pytest_nvlink.judges import bandwidth, collectives, inventory, nvlink, rack, topology
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import Gpu, Node, TransportChannel
-from pytest_nvlink.required_keys import required_keys
-from pytest_nvlink.snapshot import load_snapshot
+from pytest_nvlink.model.document import load_snapshot
 from pytest_nvlink.verdict import Outcome, Verdict
 
 RACK_DATA = Path(__file__).resolve().parent / "data" / "rack"

@@ -19,8 +19,8 @@ from synthetic_node import synthetic_node, write_synthetic
 from pytest_nvlink.judges import bandwidth, topology
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.judges.groups import PairSet, _figure, combine, pair_records
-from pytest_nvlink.provider import RecordedMeasurements
-from pytest_nvlink.run import Run, RunOptions, build_run
+from pytest_nvlink.measure.provider import RecordedMeasurements
+from pytest_nvlink.plugin.run import Run, RunOptions, build_run
 from pytest_nvlink.verdict import Outcome, PassedLater, Verdict, passed
 
 PROPS = [("measured", "373"), ("expected", ">= 335.0"), ("unit", "GB/s")]
@@ -217,8 +217,8 @@ def test_the_comparison_figure_has_the_named_figures_numbers(named_first: bool) 
 
 
 def test_the_worst_of_several_figures_is_a_copy_of_its_own_class() -> None:
+    from pytest_nvlink.measure.provider import worst_figure
     from pytest_nvlink.model import P2PMeasurement
-    from pytest_nvlink.provider import worst_figure
 
     @dataclasses.dataclass(slots=True)
     class Annotated(P2PMeasurement):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from launch_procs import Finished, free_port, launch, slurm_envs, slurm_port, torchrun_envs, write_suite
 
-from pytest_nvlink.json_records import from_json
 from pytest_nvlink.measure.ranks import derived_port
 from pytest_nvlink.model import Measurements
+from pytest_nvlink.model.records import from_json
 
 
 def _collectives(

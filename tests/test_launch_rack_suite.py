@@ -8,7 +8,7 @@ from pathlib import Path
 from launch_procs import SUITE, THRESHOLDS, free_port, launch, torchrun_envs, tray_node
 
 from pytest_nvlink.model import FabricInfo
-from pytest_nvlink.snapshot import save_snapshot
+from pytest_nvlink.model.document import save_snapshot
 
 HOSTS = ["tray-a", "tray-a", "tray-b", "tray-b", "tray-c", "tray-c"]
 CLUSTER = "5c1e4a3b-7f0e-4d55-9a0b-2a7e3c1d9f10"

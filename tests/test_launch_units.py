@@ -10,8 +10,8 @@ import pytest
 from launch_procs import tray_node
 
 from pytest_nvlink import launch
-from pytest_nvlink.config import load_suite, load_thresholds
-from pytest_nvlink.measure import rack, sendrecv
+from pytest_nvlink.config.settings import load_suite, load_thresholds
+from pytest_nvlink.measure import sendrecv
 from pytest_nvlink.measure.collectives import CollectiveSpec
 from pytest_nvlink.measure.launch_run import Settings, judge_command, tray_document
 from pytest_nvlink.measure.launched import Group, Member, contradiction, nccl_audit
@@ -24,7 +24,8 @@ from pytest_nvlink.measure.ranks import (
     first_host,
     rank_info,
 )
-from pytest_nvlink.snapshot import node_from_document, snapshot_document
+from pytest_nvlink.model import trays as rack
+from pytest_nvlink.model.document import node_from_document, snapshot_document
 
 TORCHRUN = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "head", "MASTER_PORT": "29500"}
 SLURM = {
@@ -314,7 +315,7 @@ def _info(host: str) -> RankInfo:
 
 def test_a_tray_probe_is_a_snapshot_document_or_its_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     settings = Settings(load_suite("h100-8gpu"), load_thresholds("h100-sxm"), "gloo")
-    from pytest_nvlink import nvml_probe
+    from pytest_nvlink.sources.live import probe as nvml_probe
 
     monkeypatch.setattr(nvml_probe, "probe_node", lambda: tray_node("tray-live"))
     probed = tray_document(_info("tray-live"), settings, "gloo")

@@ -11,15 +11,15 @@ import itertools
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink import nvml_probe
-from pytest_nvlink.config import load_suite, load_thresholds
+from pytest_nvlink.config.settings import load_suite, load_thresholds
 from pytest_nvlink.judges import bandwidth
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.measure.cuda_join import cuda_devices_in_child
 from pytest_nvlink.measure.p2p import SimulatedCopyEngine, SimulatedCounters
+from pytest_nvlink.measure.provider import LiveMeasurements
 from pytest_nvlink.model import Measurements, Node
-from pytest_nvlink.provider import LiveMeasurements
-from pytest_nvlink.snapshot import load_snapshot
+from pytest_nvlink.model.document import load_snapshot
+from pytest_nvlink.sources.live import probe as nvml_probe
 
 KINDS = ("unidirectional", "bidirectional", "latency")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_nvlink.config import Measure, Threshold, Thresholds
+from pytest_nvlink.config.settings import Measure, Threshold, Thresholds
 from pytest_nvlink.measure import p2p
 from pytest_nvlink.measure.p2p import P2PPlan, SimulatedCopyEngine
 from pytest_nvlink.measure.runner import (

@@ -13,7 +13,8 @@ import pytest
 from fake_pynvml import fake_sysfs_pci, make_fake_pynvml
 
 from pytest_nvlink.model import FabricInfo, Gpu, Node, NvLinkInfo, P2PStatus, PairPath
-from pytest_nvlink.nvml_counters import (
+from pytest_nvlink.model.document import load_snapshot
+from pytest_nvlink.sources.live.counters import (
     NO_PERMISSION_NOTE,
     Traffic,
     TrafficCounters,
@@ -22,8 +23,8 @@ from pytest_nvlink.nvml_counters import (
     traffic_delta,
     traffic_sum,
 )
-from pytest_nvlink.nvml_fields import NVLINK_VERSION_TO_GENERATION, bus_id_of
-from pytest_nvlink.nvml_probe import (
+from pytest_nvlink.sources.live.fields import NVLINK_VERSION_TO_GENERATION, bus_id_of
+from pytest_nvlink.sources.live.probe import (
     LIBRARY_NOT_FOUND,
     cuda_version_text,
     join_cuda_indices,
@@ -32,7 +33,6 @@ from pytest_nvlink.nvml_probe import (
     read_hypervisor_flag,
     torch_cuda_devices,
 )
-from pytest_nvlink.snapshot import load_snapshot
 
 SNAPSHOTS = Path(__file__).resolve().parents[1] / "snapshots"
 SNAPSHOT_FILES = ["h100-8gpu-healthy.json", "h100-8gpu-degraded.json", "h100-8gpu-vm-pcie.json"]

@@ -7,9 +7,9 @@ import json
 import pytest
 from conftest import sample
 
-from pytest_nvlink.parsers import detect
-from pytest_nvlink.parsers.common import ParseError
-from pytest_nvlink.parsers.topo import TopoMatrix
+from pytest_nvlink.sources.evidence.parsers import detect
+from pytest_nvlink.sources.evidence.parsers.common import ParseError
+from pytest_nvlink.sources.evidence.parsers.topo import TopoMatrix
 
 
 @pytest.mark.parametrize(

@@ -17,9 +17,18 @@ from conftest import EVIDENCE, sample
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_nvlink.evidence import EvidenceError, load_evidence
-from pytest_nvlink.parsers import detect, nccl_log, nccl_tests, nvbandwidth, nvlink, p2p_latency, smi_query, topo
-from pytest_nvlink.parsers.common import ParseError
+from pytest_nvlink.sources.evidence.load import EvidenceError, load_evidence
+from pytest_nvlink.sources.evidence.parsers import (
+    detect,
+    nccl_log,
+    nccl_tests,
+    nvbandwidth,
+    nvlink,
+    p2p_latency,
+    smi_query,
+    topo,
+)
+from pytest_nvlink.sources.evidence.parsers.common import ParseError
 from pytest_nvlink.verdict import Outcome
 
 SAMPLES = sorted(p.relative_to(EVIDENCE).as_posix() for p in EVIDENCE.rglob("*.txt"))

@@ -6,8 +6,8 @@ import pytest
 from conftest import sample
 
 from pytest_nvlink.model import NcclAudit
-from pytest_nvlink.parsers import nccl_log
-from pytest_nvlink.parsers.common import ParseError
+from pytest_nvlink.sources.evidence.parsers import nccl_log
+from pytest_nvlink.sources.evidence.parsers.common import ParseError
 
 SAMPLE = "nccl-debug/h20-nvlink-two-pods-p2p-cumem-nccl1781.txt"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import sample
 
-from pytest_nvlink.parsers import nccl_tests
-from pytest_nvlink.parsers.common import ParseError
+from pytest_nvlink.sources.evidence.parsers import nccl_tests
+from pytest_nvlink.sources.evidence.parsers.common import ParseError
 
 SAMPLE = "nccl-tests/a100-sxm4-40gb-8gpu-oci-bm-gpu4-allreduce.txt"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import sample
 
-from pytest_nvlink.parsers import nvbandwidth
-from pytest_nvlink.parsers.common import ParseError
+from pytest_nvlink.sources.evidence.parsers import nvbandwidth
+from pytest_nvlink.sources.evidence.parsers.common import ParseError
 
 SAMPLE = "nvbandwidth/nvbandwidth-readme-example-8gpu-old-format.txt"
 

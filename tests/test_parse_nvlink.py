@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import sample
 
-from pytest_nvlink.parsers import nvlink
-from pytest_nvlink.parsers.common import ParseError
+from pytest_nvlink.sources.evidence.parsers import nvlink
+from pytest_nvlink.sources.evidence.parsers.common import ParseError
 
 STATUS_SAMPLE = "nvlink/h100-sxm-8gpu-aws-p5-nvlink-status.txt"
 ERRORS_SAMPLE = "nvlink/a100-sxm4-40gb-vm-brev-nvlink-e-all.txt"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import sample
 
-from pytest_nvlink.parsers import p2p_latency
-from pytest_nvlink.parsers.common import ParseError
+from pytest_nvlink.sources.evidence.parsers import p2p_latency
+from pytest_nvlink.sources.evidence.parsers.common import ParseError
 
 SAMPLE = "p2pBandwidthLatencyTest/a100-sxm4-80gb-8gpu-distserve3.txt"
 

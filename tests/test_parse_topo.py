@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import sample
 
-from pytest_nvlink.parsers import topo
-from pytest_nvlink.parsers.common import ParseError
+from pytest_nvlink.sources.evidence.parsers import topo
+from pytest_nvlink.sources.evidence.parsers.common import ParseError
 
 A100 = "topo/a100-sxm4-80gb-8gpu-distserve3.txt"
 H100_PARTIAL = "topo/h100-sxm-8gpu-baremetal-supermicro-nccl1264-partial.txt"

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink.config import ConfigError, load_suite, load_thresholds
+from pytest_nvlink.config.settings import ConfigError, load_suite, load_thresholds
 from pytest_nvlink.judges import bandwidth
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import P2PMeasurement
-from pytest_nvlink.snapshot import load_snapshot, save_snapshot
+from pytest_nvlink.model.document import load_snapshot, save_snapshot
 from pytest_nvlink.verdict import Outcome
 
 GB = 10**9

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from pytest_nvlink.placeholders import PlaceholderError, check, expand, placeholder_values, safe_host, utc_date
+from pytest_nvlink.core.placeholders import PlaceholderError, check, expand, placeholder_values, safe_host, utc_date
 
 VALUES = {"host": "gpu017", "date": "20261203"}
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink.snapshot import load_snapshot
+from pytest_nvlink.model.document import load_snapshot
 
 TOPOLOGY_ONLY = "not bandwidth and not collectives"
 
@@ -24,7 +24,7 @@ def test_plugin_is_inert_without_suite(pytester: pytest.Pytester) -> None:
         def test_nothing_heavy_was_imported():
             assert "torch" not in sys.modules
             assert "pynvml" not in sys.modules
-            assert "pytest_nvlink.nvml_probe" not in sys.modules
+            assert "pytest_nvlink.sources.live.probe" not in sys.modules
         """
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
@@ -97,7 +97,7 @@ def test_topology_selection_starts_no_measurement(
         """
         import sys
         def pytest_sessionfinish(session):
-            heavy = ("torch", "pytest_nvlink.live")
+            heavy = ("torch", "pytest_nvlink.measure.live")
             session.config._nvlink_seen = sorted(m for m in sys.modules if m.startswith(heavy))
         def pytest_unconfigure(config):
             print("MEASURE-MODULES", getattr(config, "_nvlink_seen", None))

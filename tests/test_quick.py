@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import SNAPSHOTS, serve_live_node
 
+from pytest_nvlink.model.document import load_snapshot, save_snapshot
 from pytest_nvlink.plugin import CHECKS_DIR
-from pytest_nvlink.snapshot import load_snapshot, save_snapshot
 
 # A -p plugin for the child pytest: which measuring modules had been imported when the session ended.
 PROBE = """

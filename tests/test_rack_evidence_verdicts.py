@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from conftest import DATA, SNAPSHOTS
 
-from pytest_nvlink.evidence import load_evidence
-from pytest_nvlink.snapshot import save_snapshot
+from pytest_nvlink.model.document import save_snapshot
+from pytest_nvlink.sources.evidence.load import load_evidence
 
 RACK = DATA / "rack"
 SUITE = "--nvlink-suite=gb200-nvl72"

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from conftest import EVIDENCE, SNAPSHOTS, serve_live_node, tiny_collective_thresholds
 
-from pytest_nvlink import live
-from pytest_nvlink.config import load_suite, load_thresholds
+from pytest_nvlink.config.settings import load_suite, load_thresholds
 from pytest_nvlink.judges import collectives
 from pytest_nvlink.judges.context import Context
+from pytest_nvlink.measure import live
 from pytest_nvlink.measure.collectives import CollectiveRun
 from pytest_nvlink.model import CollectiveMeasurement, Gpu, Measurements, Node
-from pytest_nvlink.snapshot import load_snapshot, save_snapshot
+from pytest_nvlink.model.document import load_snapshot, save_snapshot
 from pytest_nvlink.verdict import Outcome
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
@@ -147,7 +147,7 @@ def test_nccl_tests_over_two_gpus_fails_the_8_gpu_busbw(pytester: pytest.Pyteste
 
 def test_nccl_tests_over_all_gpus_records_them(pytester: pytest.Pytester) -> None:
     path = _nccl_tests_over(pytester, 8)
-    from pytest_nvlink.evidence import load_evidence
+    from pytest_nvlink.sources.evidence.load import load_evidence
 
     results = load_evidence([path]).measurements.collectives
     assert results

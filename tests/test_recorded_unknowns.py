@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink.snapshot import load_snapshot, save_snapshot
+from pytest_nvlink.model.document import load_snapshot, save_snapshot
 
 
 def _properties(case: ET.Element) -> dict[str, str]:
@@ -60,7 +60,7 @@ def test_unknowns_are_properties_and_summary_lines_and_fabric_health_unknown_fai
 
 
 def test_probe_records_why_fabric_health_is_unknown(install_fake_nvml: Callable[..., Any]) -> None:
-    from pytest_nvlink.nvml_probe import probe_node
+    from pytest_nvlink.sources.live.probe import probe_node
 
     module = install_fake_nvml("h100-8gpu-healthy", absent_functions=["nvmlDeviceGetGpuFabricInfoV"])
     node = probe_node(module)

@@ -8,8 +8,8 @@ import pytest
 from conftest import SNAPSHOTS
 
 from pytest_nvlink.model import Node
+from pytest_nvlink.plugin.run import Run, RunOptions, build_run
 from pytest_nvlink.report import collective_table, evidence_coverage
-from pytest_nvlink.run import Run, RunOptions, build_run
 
 
 def _replay(name: str) -> Run:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from conftest import SNAPSHOTS, sample, snapshot_with_lists, topo_p2p_text
 
-from pytest_nvlink.parsers import nccl_log
-from pytest_nvlink.parsers.detect import detect_kind
+from pytest_nvlink.sources.evidence.parsers import nccl_log
+from pytest_nvlink.sources.evidence.parsers.detect import detect_kind
 
 NCCL_TESTS = "nccl-tests/a100-sxm4-40gb-8gpu-oci-bm-gpu4-allreduce.txt"
 

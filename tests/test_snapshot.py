@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_nvlink.model import Node
-from pytest_nvlink.snapshot import (
+from pytest_nvlink.model.document import (
     SCHEMA_VERSION,
     SnapshotError,
     load_snapshot,

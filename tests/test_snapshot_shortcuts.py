@@ -21,9 +21,10 @@ from conftest import snapshot_with_lists
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_nvlink import json_records, snapshot
 from pytest_nvlink.model import P2PMeasurement
-from pytest_nvlink.snapshot import (
+from pytest_nvlink.model import document as snapshot
+from pytest_nvlink.model import records as json_records
+from pytest_nvlink.model.document import (
     SnapshotError,
     load_snapshot,
     load_snapshot_document,

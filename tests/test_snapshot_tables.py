@@ -22,9 +22,8 @@ from conftest import DATA
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_nvlink.json_records import table_of
 from pytest_nvlink.model import Node, P2PMeasurement
-from pytest_nvlink.snapshot import (
+from pytest_nvlink.model.document import (
     SCHEMA_VERSION,
     SnapshotError,
     load_snapshot,
@@ -33,6 +32,7 @@ from pytest_nvlink.snapshot import (
     save_snapshot,
     snapshot_document,
 )
+from pytest_nvlink.model.records import table_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOTS = ROOT / "snapshots"

@@ -22,10 +22,10 @@ from typing import Any, Union
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink.evidence import load_evidence
-from pytest_nvlink.evidence_merge import EvidenceConflict, Merger
 from pytest_nvlink.model import FabricInfo, GpuList, Node, TransportChannel
-from pytest_nvlink.snapshot import load_snapshot, node_to_dict, save_snapshot, snapshot_document
+from pytest_nvlink.model.document import load_snapshot, node_to_dict, save_snapshot, snapshot_document
+from pytest_nvlink.sources.evidence.load import load_evidence
+from pytest_nvlink.sources.evidence.merge import EvidenceConflict, Merger
 
 SUITE = "h100-8gpu"
 # Filled by the evidence merge itself: which files said what, and that the source is evidence.

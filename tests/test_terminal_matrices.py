@@ -7,8 +7,8 @@ from pathlib import Path
 from synthetic_node import degrade_pair, synthetic_node, write_synthetic
 
 from pytest_nvlink.model import Node
+from pytest_nvlink.plugin.run import Run, RunOptions, build_run
 from pytest_nvlink.report.matrices import p2p_lines, topology_lines
-from pytest_nvlink.run import Run, RunOptions, build_run
 
 
 def _run(tmp_path: Path, node: Node, count: int) -> Run:

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from conftest import SNAPSHOTS, snapshot_with_lists
 
-from pytest_nvlink.config import ConfigError, load_suite, load_thresholds
+from pytest_nvlink.config.settings import ConfigError, load_suite, load_thresholds
 from pytest_nvlink.model import Node
-from pytest_nvlink.snapshot import SnapshotError, load_snapshot
+from pytest_nvlink.model.document import SnapshotError, load_snapshot
 
 SITE_TEXT = "# our handover contract — agreed 2026-11\n[p2p]\nunidirectional_min_gbps = 360.0\n"
 HUGE_INT = "1" * 5000
@@ -105,7 +105,7 @@ def test_snapshot_that_is_a_device_or_folder(tmp_path: Path) -> None:
 
 
 def test_evidence_snapshot_with_a_5000_digit_integer(tmp_path: Path) -> None:
-    from pytest_nvlink.evidence import EvidenceError, load_evidence
+    from pytest_nvlink.sources.evidence.load import EvidenceError, load_evidence
 
     path = tmp_path / "node.json"
     path.write_text((SNAPSHOTS / "h100-8gpu-healthy.json").read_text().replace('"host"', f'"n": {HUGE_INT}, "host"'))

@@ -13,14 +13,14 @@ import pytest
 from conftest import SNAPSHOTS
 from test_plugin_live import two_gpu_node  # noqa: F401 - the fixture is used by name
 
-from pytest_nvlink.handover import node_from_text, node_text
-from pytest_nvlink.snapshot import SnapshotError, load_snapshot
+from pytest_nvlink.model.document import SnapshotError, load_snapshot
+from pytest_nvlink.plugin.handover import node_from_text, node_text
 
 # Counts, across the controller and both workers, every probe and every measurement campaign.
 COUNTING = """
 import os
-import pytest_nvlink.live as live
-import pytest_nvlink.nvml_probe as nvml_probe
+import pytest_nvlink.measure.live as live
+import pytest_nvlink.sources.live.probe as nvml_probe
 
 def _counted(module, name):
     real = getattr(module, name)

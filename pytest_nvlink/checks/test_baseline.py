@@ -6,12 +6,12 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_nvlink.environment import stamp_conditions
 from pytest_nvlink.judges import baseline
 from pytest_nvlink.judges.groups import PairSet
+from pytest_nvlink.measure.provider import MeasurementProvider
 from pytest_nvlink.model import P2PMeasurement
-from pytest_nvlink.provider import MeasurementProvider
-from pytest_nvlink.run import Run
+from pytest_nvlink.plugin.run import Run
+from pytest_nvlink.record.environment import stamp_conditions
 from pytest_nvlink.verdict import Verdict
 
 pytestmark = pytest.mark.nvlink("baseline")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from pytest_nvlink.fleet.hostlist import HostlistError, expand
+from pytest_nvlink.core.hostlist import HostlistError, expand
 from pytest_nvlink.fleet.load import FleetInputError
 from pytest_nvlink.fleet.merge import Fleet, merge_paths
 from pytest_nvlink.fleet.outliers import OutlierSettings

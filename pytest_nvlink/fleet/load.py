@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pytest_nvlink.collector import collector_paused
+from pytest_nvlink.core.gc_pause import collector_paused
+from pytest_nvlink.core.textfile import UnreadableText, parse_problem, read_text_file
 from pytest_nvlink.report.json_results import RESULTS_KIND, load_schema
-from pytest_nvlink.textfile import UnreadableText, parse_problem, read_text_file
 
 # A results file of an 8-GPU node is ~0.3 MiB; a 72-GPU one stays well below this.
 RESULTS_MAX_BYTES = 64 * 1024 * 1024

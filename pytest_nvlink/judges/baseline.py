@@ -12,14 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pytest_nvlink.baseline import Baseline, changes_text
+from pytest_nvlink.judges.baseline_match import Baseline, changes_text
 from pytest_nvlink.judges.collectives import pick_collective
+from pytest_nvlink.measure.provider import worst_figure
 from pytest_nvlink.model import CollectiveMeasurement, Gpu, Node, P2PMeasurement
-from pytest_nvlink.provider import worst_figure
 from pytest_nvlink.verdict import Outcome, Verdict, failed, not_applicable, passed, waived
 
 if TYPE_CHECKING:
-    from pytest_nvlink.run import Run
+    from pytest_nvlink.plugin.run import Run
 
 P2P_KINDS: tuple[str, ...] = ("unidirectional", "bidirectional", "latency")
 _TOLERANCE_KEY = {

@@ -23,7 +23,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from pytest_nvlink.config import Measure
+from pytest_nvlink.config.settings import Measure
 from pytest_nvlink.measure import _proc
 from pytest_nvlink.measure.busbw import MIB, bandwidth, buffers_for, format_size
 from pytest_nvlink.measure.worker import WorkerSpec, worker_main
@@ -325,7 +325,7 @@ def nccl_audit(logs: Mapping[str, str], env: Mapping[str, str]) -> NcclAudit:
     try:
         if not texts:
             raise ValueError("no NCCL log lines were captured")
-        parser: Any = importlib.import_module("pytest_nvlink.parsers.nccl_log")
+        parser: Any = importlib.import_module("pytest_nvlink.sources.evidence.parsers.nccl_log")
         audit: NcclAudit = parser.to_audit(parser.parse_many(texts), source)
     except Exception as exc:  # no parser, or it choked: keep the measurements anyway
         audit = NcclAudit(last_warn=_last_warn(texts), source=f"{source}; not parsed: {exc}")

@@ -16,7 +16,7 @@ CudaDevice = tuple[int, str | None, str | None]
 
 
 def _join_child(conn: Connection) -> None:
-    from pytest_nvlink.nvml_probe import torch_cuda_devices  # torch, in the child only
+    from pytest_nvlink.sources.live.probe import torch_cuda_devices  # torch, in the child only
 
     try:
         conn.send(("devices", torch_cuda_devices()))

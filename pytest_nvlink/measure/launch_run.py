@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_nvlink import __version__
-from pytest_nvlink.config import Suite, Thresholds
-from pytest_nvlink.environment import live_versions
-from pytest_nvlink.measure import launched, rack, sendrecv
+from pytest_nvlink.config.settings import Suite, Thresholds
+from pytest_nvlink.core.placeholders import expand, placeholder_values
+from pytest_nvlink.measure import launched, sendrecv
 from pytest_nvlink.measure.collectives import CollectiveSpec
 from pytest_nvlink.measure.launched import Group
 from pytest_nvlink.measure.ranks import RankInfo
@@ -36,8 +36,9 @@ from pytest_nvlink.model import (
     Node,
     P2PMeasurement,
 )
-from pytest_nvlink.placeholders import expand, placeholder_values
-from pytest_nvlink.snapshot import SnapshotError, load_snapshot, save_snapshot, snapshot_document
+from pytest_nvlink.model import trays as rack
+from pytest_nvlink.model.document import SnapshotError, load_snapshot, save_snapshot, snapshot_document
+from pytest_nvlink.record.environment import live_versions
 
 LAUNCH_KIND = "pytest-nvlink-launch"
 LAUNCH_SCHEMA = 1
@@ -174,7 +175,7 @@ def _tray_node(info: RankInfo, settings: Settings, backend: str) -> Node:
             return load_snapshot(path)
         except SnapshotError as exc:
             raise RuntimeError(f"tray snapshot {exc}") from None
-    from pytest_nvlink.nvml_probe import join_cuda_indices, probe_node, torch_cuda_devices
+    from pytest_nvlink.sources.live.probe import join_cuda_indices, probe_node, torch_cuda_devices
 
     node = probe_node()
     if backend == "nccl":  # CUDA is in use on this rank anyway; its numbering maps ranks to GPUs

@@ -28,7 +28,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnProcess
 from typing import Any, Protocol
 
-from pytest_nvlink.config import Measure
+from pytest_nvlink.config.settings import Measure
 from pytest_nvlink.measure import _proc
 from pytest_nvlink.measure.cuda_engine import LATENCY_BYTES, CudaCopyEngine
 from pytest_nvlink.model import P2PMeasurement

@@ -17,8 +17,8 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pytest_nvlink.fleet.hostlist import HostlistError
-from pytest_nvlink.fleet.hostlist import first_host as hostlist_first_host
+from pytest_nvlink.core.hostlist import HostlistError
+from pytest_nvlink.core.hostlist import first_host as hostlist_first_host
 
 # Derived ports stay in 12000..31999: unprivileged, and below Linux's default ephemeral range
 # (net.ipv4.ip_local_port_range starts at 32768), so the kernel does not hand them to outgoing sockets.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pytest_nvlink.config import Measure, Thresholds
+from pytest_nvlink.config.settings import Measure, Thresholds
 from pytest_nvlink.measure.busbw import MIB
 from pytest_nvlink.measure.collectives import CollectiveRun, CollectiveSpec, run_collectives
 from pytest_nvlink.measure.p2p import (
@@ -60,7 +60,8 @@ class NvmlCounterFactory:
     gpus: tuple[tuple[int, str], ...] = ()
 
     def __call__(self) -> CounterReader:
-        from pytest_nvlink import nvml_counters, nvml_fields  # light, but only needed in the child
+        from pytest_nvlink.sources.live import counters as nvml_counters
+        from pytest_nvlink.sources.live import fields as nvml_fields  # light, but only needed in the child
 
         try:
             nvml = nvml_fields.import_pynvml()

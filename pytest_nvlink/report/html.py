@@ -12,14 +12,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_nvlink.evidence import coverage, file_coverage
 from pytest_nvlink.model import Gpu
+from pytest_nvlink.plugin.run import Run
+from pytest_nvlink.record.results import Results, source_text
+from pytest_nvlink.record.unknowns import recorded_unknowns
 from pytest_nvlink.report import pictures
 from pytest_nvlink.report.json_results import write_atomically
-from pytest_nvlink.report.record import Results, source_text
 from pytest_nvlink.report.terminal import FAMILY_CHECKS, NCCL_ENV_VARS
-from pytest_nvlink.run import Run
-from pytest_nvlink.unknowns import recorded_unknowns
+from pytest_nvlink.sources.evidence.load import coverage, file_coverage
 
 if TYPE_CHECKING:
     import jinja2

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from pytest_nvlink.config import ConfigError
-from pytest_nvlink.placeholders import PlaceholderError, expand
-from pytest_nvlink.report.record import Results
-from pytest_nvlink.run import Given
+from pytest_nvlink.config.settings import ConfigError
+from pytest_nvlink.core.placeholders import PlaceholderError, expand
+from pytest_nvlink.plugin.run import Given
+from pytest_nvlink.record.results import Results
 
 WHAT = {"json": "results JSON", "report": "HTML report"}
 
@@ -33,7 +33,7 @@ def write_outputs(results: Results, wanted: list[tuple[str, Path]]) -> list[tupl
 def output_targets(setting: Callable[[str], Given | None], values: Mapping[str, str]) -> list[tuple[str, Path]]:
     """(format, file) for ``--nvlink-json`` and ``--nvlink-report``, ``{host}``/``{date}`` expanded, checked
     before anything runs."""
-    from pytest_nvlink.snapshot import SnapshotError, check_writable
+    from pytest_nvlink.model.document import SnapshotError, check_writable
 
     wanted = []
     for name in WHAT:

@@ -13,13 +13,13 @@ from typing import Any
 
 from tabulate import tabulate
 
-from pytest_nvlink.audit import AuditTally, no_verdict_line
 from pytest_nvlink.judges.collectives import pick_collective
 from pytest_nvlink.model import Node
+from pytest_nvlink.plugin.run import BASELINE_NOT_COLLECTED, Run
+from pytest_nvlink.record.audit import AuditTally, no_verdict_line
+from pytest_nvlink.record.results import ItemLog, ItemResult, nccl_transport_line, source_text
+from pytest_nvlink.record.unknowns import recorded_unknowns
 from pytest_nvlink.report.matrices import p2p_lines, topology_lines
-from pytest_nvlink.report.record import ItemLog, ItemResult, nccl_transport_line, source_text
-from pytest_nvlink.run import BASELINE_NOT_COLLECTED, Run
-from pytest_nvlink.unknowns import recorded_unknowns
 
 NCCL_ENV_VARS: tuple[str, ...] = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_NVLS_ENABLE")
 
@@ -43,12 +43,12 @@ def header_lines(run: Run) -> list[str]:
         lines.append("nvlink inherited NCCL settings: " + " ".join(inherited))
     lines += [f"nvlink probe problem: {problem}" for problem in node.probe_errors]
     if node.source == "evidence":
-        from pytest_nvlink.audit import evidence_header_line
+        from pytest_nvlink.record.audit import evidence_header_line
 
         lines.append(f"nvlink {evidence_header_line(node)}")
     if run.baseline is None:
         return [*lines, f"nvlink: not collected: {BASELINE_NOT_COLLECTED}"]
-    from pytest_nvlink.report.baseline import baseline_header_lines  # only a run with a baseline needs it
+    from pytest_nvlink.record.baseline import baseline_header_lines  # only a run with a baseline needs it
 
     return lines + baseline_header_lines(run)
 
@@ -69,7 +69,7 @@ def suite_properties(run: Run) -> list[tuple[str, str]]:
         props.append((f"gpu{gpu.index}", f"{gpu.name} uuid={gpu.uuid} serial={gpu.serial} pci={gpu.pci_bus_id}"))
     if run.baseline is None:
         return props
-    from pytest_nvlink.report.baseline import baseline_suite_properties
+    from pytest_nvlink.record.baseline import baseline_suite_properties
 
     return props + baseline_suite_properties(run)
 
@@ -152,7 +152,7 @@ def summary_lines(
     if run.node.source == "evidence":
         lines += ["", *evidence_coverage(run.node).splitlines()]
     if run.baseline is not None:
-        from pytest_nvlink.report.baseline import baseline_section, baseline_summary_lines
+        from pytest_nvlink.record.baseline import baseline_section, baseline_summary_lines
 
         lines += baseline_summary_lines(baseline_section(run, items))
     return [*lines, "", *audit_lines(stats, tally)]
@@ -217,7 +217,7 @@ FILES_SHOWN = 3  # a folder of burn-in logs can hold hundreds of files: list a f
 
 def evidence_coverage(node: Node) -> str:
     """Which evidence file fed which checks; an empty cell means those checks had no evidence."""
-    from pytest_nvlink.evidence import coverage
+    from pytest_nvlink.sources.evidence.load import coverage
 
     rows = [[family, FAMILY_CHECKS.get(family, ""), _file_cell(files)] for family, files in coverage(node)]
     return "\n".join([tabulate(rows, headers=["evidence", "checks", "files"], tablefmt="simple"), *file_notes(node)])
@@ -235,7 +235,7 @@ def _file_cell(files: str) -> str:
 
 def file_notes(node: Node) -> list[str]:
     """Per evidence file: what it contributed and every note about damage or about being left out."""
-    from pytest_nvlink.evidence import file_coverage
+    from pytest_nvlink.sources.evidence.load import file_coverage
 
     lines: list[str] = []
     quiet: list[str] = []  # files without notes: a few are listed, the rest counted by what they gave

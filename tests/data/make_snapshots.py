@@ -28,7 +28,7 @@ from pytest_nvlink.model import (
     PairPath,
     TransportChannel,
 )
-from pytest_nvlink.snapshot import save_snapshot
+from pytest_nvlink.model.document import save_snapshot
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the rack builders live next to this file
 import rack_snapshots as rack

@@ -1,0 +1,105 @@
+"""Live measurements for the plugin: run the measurement session and speak NVML indices.
+
+The measurement code numbers GPUs as CUDA does; the node model, the suite and every test id use
+NVML/nvidia-smi numbering. This module is the one place that translates between the two.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from itertools import permutations
+
+from pytest_nvlink.config.settings import Suite, Thresholds
+from pytest_nvlink.measure.p2p import CounterReaderFactory, EngineFactory
+from pytest_nvlink.measure.runner import MeasurementSession, NvmlCounterFactory, sizes_from_thresholds
+from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, Node, P2PMeasurement
+
+Progress = Callable[[str], None]
+P2P_KINDS: tuple[str, ...] = ("unidirectional", "bidirectional", "latency")
+UNITS = {"unidirectional": "GB/s", "bidirectional": "GB/s", "latency": "us"}
+
+
+def _usable(node: Node, suite: Suite) -> list[int]:
+    return [gpu.index for gpu in node.gpus if gpu.problem is None and gpu.index < suite.gpu_count]
+
+
+def measure_p2p(
+    node: Node,
+    suite: Suite,
+    cuda_of: dict[int, int],
+    progress: Progress,
+    *,
+    engine_factory: EngineFactory | None = None,
+    counter_factory: CounterReaderFactory | None = None,
+) -> list[P2PMeasurement]:
+    """Every figure for every ordered pair of usable GPUs, in NVML indices; failures carry ``error``.
+
+    ``engine_factory`` and ``counter_factory`` (picklable, called in the measuring child) default to
+    the CUDA copy engine and NVML counters opened by the probe's bus ids.
+    """
+    usable = _usable(node, suite)
+    mapped = [index for index in usable if index in cuda_of]
+    counters = counter_factory or NvmlCounterFactory(
+        tuple((cuda_of[i], _name(node, i)) for i in mapped if _name(node, i))
+    )
+    session = MeasurementSession(
+        suite.measure,
+        gpus=[cuda_of[i] for i in mapped],
+        progress=progress,
+        engine_factory=engine_factory,
+        counter_factory=counters,
+    )
+    results = []
+    for src, dst in permutations(usable, 2):
+        for kind in P2P_KINDS:
+            if src not in cuda_of or dst not in cuda_of:
+                missing = src if src not in cuda_of else dst
+                reason = node.unknown_reason(
+                    f"gpu{missing}.cuda_index",
+                    f"torch sees no CUDA device for GPU {missing} (CUDA_VISIBLE_DEVICES, or no CUDA build of torch)",
+                )
+                results.append(P2PMeasurement(src, dst, kind, None, UNITS[kind], error=reason))
+                continue
+            measured = session.p2p(cuda_of[src], cuda_of[dst], kind)
+            results.append(dataclasses.replace(measured, src=src, dst=dst))
+    return results
+
+
+def _name(node: Node, index: int) -> str:
+    gpu = node.gpu(index)
+    return (gpu.pci_bus_id or gpu.uuid or "") if gpu else ""
+
+
+def measure_collectives(
+    node: Node,
+    suite: Suite,
+    thresholds: Thresholds,
+    cuda_of: dict[int, int],
+    progress: Progress,
+    *,
+    backend: str | None,
+) -> tuple[list[CollectiveMeasurement], NcclAudit | None]:
+    """One process group per session, every collective of the suite at its threshold size."""
+    usable = _usable(node, suite)
+    gloo = backend == "gloo"
+    # A lost GPU or one CUDA_VISIBLE_DEVICES hides is left out here; the judge sees it in rank_gpus.
+    ranked = [i for i in usable if i in cuda_of]
+    session = MeasurementSession(
+        suite.measure,
+        backend=backend,
+        gpus=None if gloo else [cuda_of[i] for i in ranked],
+        world_size=len(usable) if gloo else None,
+        collective_sizes=sizes_from_thresholds(thresholds, suite.measure.collectives),
+        progress=progress,
+    )
+    run = session.collective_run()
+    # Rank r runs on the r-th device handed over; gloo ranks run on the CPU, so only their count is known.
+    on = None if gloo else ranked
+    return [_with_rank_gpus(m, on) for m in run.measurements], run.nccl
+
+
+def _with_rank_gpus(m: CollectiveMeasurement, on: list[int] | None) -> CollectiveMeasurement:
+    if on is None or m.world_size != len(on):
+        return m
+    return dataclasses.replace(m, rank_gpus=list(on))

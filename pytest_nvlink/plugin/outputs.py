@@ -1,0 +1,249 @@
+"""pytest glue for what a run leaves behind: JUnit suite properties, the summary, snapshots, JSON and HTML.
+
+Registered by the plugin only for a run (``--nvlink-suite``), with the run it reports on; the
+rendering itself lives in ``pytest_nvlink.report`` and imports nothing from pytest.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Generator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_nvlink.config.settings import ConfigError
+from pytest_nvlink.core.placeholders import PlaceholderError, expand
+from pytest_nvlink.core.placeholders import check as check_placeholders
+
+if TYPE_CHECKING:
+    from pytest_nvlink.model import Node
+    from pytest_nvlink.plugin.run import Given, Run
+    from pytest_nvlink.record.audit import AuditTally
+    from pytest_nvlink.record.results import ItemLog
+
+TALLY_KEY = pytest.StashKey["AuditTally"]()
+ITEM_LOG_KEY = pytest.StashKey["ItemLog"]()
+OUTPUTS_KEY = pytest.StashKey[list[tuple[str, Path]]]()  # (format, file) of --nvlink-json/--nvlink-report
+WRITTEN_KEY = pytest.StashKey[list[tuple[bool, str]]]()
+SAVED_KEY = pytest.StashKey[tuple[bool, str]]()
+JUNITXML = "--junitxml"
+
+
+def check_output_templates(config: pytest.Config, setting: Callable[[str], Given | None]) -> None:
+    """A bad ``{placeholder}`` in --nvlink-json, --nvlink-report or --junitxml stops the run before any probe."""
+    given = [(g.value, g.label) for g in (setting("json"), setting("report")) if g is not None]
+    xmlpath = getattr(config.option, "xmlpath", None)
+    for template, label in given + ([(str(xmlpath), JUNITXML)] if xmlpath else []):
+        try:
+            check_placeholders(template, label)
+        except PlaceholderError as exc:
+            raise ConfigError(str(exc)) from None
+
+
+def start_outputs(config: pytest.Config, run: Run, setting: Callable[[str], Given | None]) -> None:
+    """Expand the output paths (pytest's --junitxml too, before its plugin opens it) and register the writers."""
+    from pytest_nvlink.report.outputs import output_targets
+
+    config.stash[OUTPUTS_KEY] = output_targets(setting, run.placeholders)
+    xmlpath = getattr(config.option, "xmlpath", None)
+    if xmlpath:
+        try:
+            config.option.xmlpath = expand(str(xmlpath), run.placeholders, JUNITXML)
+        except PlaceholderError as exc:
+            raise ConfigError(str(exc)) from None
+    _start_tally(config)
+    config.pluginmanager.register(SessionOutputs(run), "nvlink-session-outputs")
+    if getattr(config.option, "htmlpath", None) and config.pluginmanager.hasplugin("html"):
+        from pytest_nvlink.report.pytest_html import PytestHtmlColumns
+
+        config.pluginmanager.register(PytestHtmlColumns(), "nvlink-pytest-html")
+        config.pluginmanager.register(_HtmlExtras(run), "nvlink-pytest-html-extras")
+
+
+class _AuditRecorder:
+    """Feeds every test report to the run's tally and results record (on an xdist controller too)."""
+
+    def __init__(self, tally: AuditTally, log: ItemLog) -> None:
+        self.tally = tally
+        self.log = log
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":  # neither reads a teardown: one call fewer each per item
+            return
+        self.tally.add(report)
+        self.log.add(report)
+
+
+def _start_tally(config: pytest.Config) -> None:
+    from pytest_nvlink.record.audit import AuditTally
+    from pytest_nvlink.record.results import ItemLog
+
+    tally, log = AuditTally(), ItemLog()
+    config.stash[TALLY_KEY] = tally
+    config.stash[ITEM_LOG_KEY] = log
+    config.pluginmanager.register(_AuditRecorder(tally, log), "nvlink-audit-tally")
+
+
+class HoldsRunWeakly:
+    """A plugin object that reads the run without keeping it alive.
+
+    pluggy keeps every registered plugin for the life of its plugin manager (in the call history of
+    ``pytest_plugin_registered``); the session's stash alone owns the run, so that the node (~400,000
+    objects at 72 GPUs) can be let go when the session ends.
+    """
+
+    def __init__(self, run: Run) -> None:
+        self._run = weakref.ref(run)
+
+    @property
+    def run(self) -> Run:
+        run = self._run()
+        if run is None:
+            raise RuntimeError("pytest-nvlink: the run was let go when its session ended")
+        return run
+
+
+class SessionOutputs(HoldsRunWeakly):
+    """The run's session hooks: JUnit properties at the start; verdict fixes, saves and reports at the end."""
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # The JUnit <testsuite> properties go straight to pytest's LogXML (what record_testsuite_property
+        # does): it lives in the controller under pytest-xdist, and no autouse fixture taxes every test.
+        from _pytest.junitxml import xml_key
+
+        xml = session.config.stash.get(xml_key, None)
+        if xml is not None:
+            from pytest_nvlink.report import suite_properties
+
+            for name, value in suite_properties(self.run):
+                xml.add_global_property(name, value)
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        run = self.run
+        reason = run.gate_only()
+        if reason is not None and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+            # "-k topology" on a node that could not be probed selects nothing; that must not read as "no tests".
+            if not run.options.quick:  # the quick summary line says it
+                session.config.get_terminal_writer().line(f"pytest-nvlink: {reason}", red=True)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        _refuse_empty_audit(session)
+        targets = [run.options.save] if run.options.save is not None else []
+        if run.options.save_dir is not None:
+            from pytest_nvlink.record.baseline import saved_run_path
+
+            targets.append(saved_run_path(run.options.save_dir, run.node.host))
+        if targets:
+            from pytest_nvlink.record.environment import stamp_environment
+
+            # The outcome is recorded so that a --nvlink-baseline folder offers only runs that passed.
+            node = stamp_environment(run, passed=session.exitstatus == pytest.ExitCode.OK)
+            for path in targets:
+                _save(session, node, path)
+        _write_outputs(session, run)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_terminal_summary(
+        self, terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
+    ) -> Generator[None, None, None]:
+        yield
+        if _lists_only(config) or self.run.options.quick:  # quick mode prints its own lines
+            return
+        try:
+            from pytest_nvlink.report import summary_lines
+
+            terminalreporter.section("pytest-nvlink summary")
+            log = config.stash.get(ITEM_LOG_KEY, None)
+            items = log.results() if log is not None else None  # the record as fed, not rebuilt from the stats
+            for line in summary_lines(self.run, terminalreporter.stats, config.stash.get(TALLY_KEY, None), items):
+                terminalreporter.write_line(line)
+        except Exception as exc:
+            terminalreporter.write_line(f"pytest-nvlink: summary could not be rendered ({exc!r})")
+        # Last, right above the outcome counts, where a failed save cannot be missed.
+        for ok, line in written_lines(config):
+            terminalreporter.write_line(line, green=ok, red=not ok)
+
+
+def written_lines(config: pytest.Config) -> list[tuple[bool, str]]:
+    """(ok, line) for every snapshot saved and report written, or not."""
+    saved = config.stash.get(SAVED_KEY, None)
+    return [*([saved] if saved is not None else []), *config.stash.get(WRITTEN_KEY, [])]
+
+
+def _lists_only(config: pytest.Config) -> bool:
+    """--co, --fixtures and --fixtures-per-test judge nothing: no verdict tables."""
+    option = config.option
+    return bool(
+        getattr(option, "collectonly", False)
+        or getattr(option, "showfixtures", False)
+        or getattr(option, "show_fixtures_per_test", False)
+    )
+
+
+def _write_outputs(session: pytest.Session, run: Run) -> None:
+    """The JSON results and the HTML report, both from the one results record."""
+    config = session.config
+    wanted = config.stash.get(OUTPUTS_KEY, [])
+    log, tally = config.stash.get(ITEM_LOG_KEY, None), config.stash.get(TALLY_KEY, None)
+    if not wanted or log is None or tally is None or hasattr(config, "workerinput"):
+        return
+    from pytest_nvlink.record.results import Results
+    from pytest_nvlink.report.outputs import write_outputs
+
+    written = write_outputs(Results(run, log.results(), tally.line()), wanted)
+    config.stash[WRITTEN_KEY] = written
+    if not all(ok for ok, _ in written):
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+
+def _refuse_empty_audit(session: pytest.Session) -> None:
+    """A run whose nvlink checks all went unjudged (no evidence, nothing applies) must not exit 0."""
+    tally = session.config.stash.get(TALLY_KEY, None)
+    if tally is None or hasattr(session.config, "workerinput"):  # an xdist worker: the controller decides
+        return
+    # The terminal summary says why (report.audit_lines).
+    if tally.judged_nothing() and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _save(session: pytest.Session, node: Node, path: Path) -> None:
+    from pytest_nvlink.model.document import save_snapshot
+
+    earlier = session.config.stash.get(SAVED_KEY, None)
+    try:
+        save_snapshot(node, path)
+    except OSError as exc:
+        line = (False, f"pytest-nvlink: could not save snapshot {path}: {exc}")
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+    else:
+        line = (True, f"pytest-nvlink: snapshot saved to {path}")
+    # With --nvlink-save and --nvlink-save-dir both lines are shown; a failure keeps the line red.
+    if earlier is not None:
+        line = (earlier[0] and line[0], f"{earlier[1]}\n{line[1]}")
+    session.config.stash[SAVED_KEY] = line
+
+
+class _HtmlExtras(HoldsRunWeakly):
+    """pytest-html: the picture a failing row is about (heatmap or topology) as an extra on that row."""
+
+    def __init__(self, run: Run) -> None:
+        super().__init__(run)
+        self.rendered: dict[str, str | None] = {}
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+        report = yield
+        if report.when != "call" or not report.failed or item.get_closest_marker("nvlink") is None:
+            return report
+        from pytest_nvlink.report.pytest_html import html_extra
+
+        check = item.name.split("[")[0]
+        if check not in self.rendered:
+            from pytest_nvlink.report.html import picture_html
+
+            self.rendered[check] = picture_html(self.run, check)
+        picture = self.rendered[check]
+        if picture is not None:
+            report.extras = [*getattr(report, "extras", []), html_extra(picture)]
+        return report

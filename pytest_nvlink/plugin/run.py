@@ -1,0 +1,405 @@
+"""One acceptance run: resolve options into a node, a suite and thresholds.
+
+The plugin hands this module plain values; every problem with them comes back as
+:class:`~pytest_nvlink.config.settings.ConfigError` for the plugin to report as a usage error.
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pytest_nvlink.config.required_keys import check_required_keys
+from pytest_nvlink.config.settings import (
+    ConfigError,
+    Suite,
+    Thresholds,
+    data_dir,
+    load_suite,
+    load_thresholds,
+    pick_suite_for,
+    shipped_names,
+)
+from pytest_nvlink.core.placeholders import PlaceholderError, expand, placeholder_values
+from pytest_nvlink.core.placeholders import check as check_placeholders
+from pytest_nvlink.judges.context import Context
+from pytest_nvlink.model import Node
+
+if TYPE_CHECKING:
+    from pytest_nvlink.judges.baseline_match import Baseline
+
+AUTO = "auto"
+
+
+@dataclass
+class RunOptions:
+    """The run's options as given on the command line or in the ini file."""
+
+    suite: str
+    thresholds_file: Path | None = None
+    replay: Path | None = None
+    save: Path | None = None
+    evidence: list[Path] = field(default_factory=list)
+    evidence_missing: str = "fail"  # "fail" | "skip"
+    evidence_exclude: list[str] = field(default_factory=list)  # globs left out of evidence folders
+    pair_mode: str | None = None  # overrides the suite's measure.pair_mode
+    backend: str | None = None  # "nccl" | "gloo"; None picks from the hardware
+    baseline: Path | None = None  # a snapshot, or a folder of saved runs (--nvlink-save-dir layout)
+    save_dir: Path | None = None  # also save the run as <dir>/<host>/<UTC timestamp>.json
+    host: str | None = None  # the host name this run reports, instead of the node's own
+    quick: bool = False  # health-check mode: facts only, nothing measured
+    # Where each setting came from, for messages: "--nvlink-replay" or "pytest.ini:nvlink_replay".
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def label(self, name: str) -> str:
+        """How the user spelled setting ``name`` ("replay", "pair-mode"): the option or the ini key."""
+        return self.labels.get(name, f"--nvlink-{name}")
+
+
+@dataclass(frozen=True)
+class Given:
+    """A setting as the user gave it, and how to name it: "--nvlink-replay" or "pytest.ini:nvlink_replay"."""
+
+    value: str
+    label: str
+
+
+_EXPECTED_VALUE = {
+    "suite": "a shipped suite name, a suite .toml or auto",
+    "thresholds": "a site threshold .toml",
+    "replay": "a snapshot .json or a shipped snapshot name",
+    "save": "a file to write the snapshot to",
+    "evidence": "a tool output file or a folder of them",
+    "evidence-missing": "fail or skip",
+    "pair-mode": "serial or concurrent",
+    "backend": "nccl or gloo",
+    "baseline": "a snapshot .json or a folder of saved runs",
+    "save-dir": "a folder to save each run in",
+    "host": "the host name this run reports",
+}
+
+
+def read_options(
+    setting: Callable[[str], Given | None],
+    evidence: list[Given],
+    evidence_exclude: list[str] | None = None,
+    *,
+    quick: bool = False,
+) -> RunOptions | None:
+    """RunOptions from the settings given (``setting("pair-mode")``); None when no suite is asked for.
+
+    A setting given empty (``--nvlink-replay=``) is an error: ignoring it would silently probe this
+    machine, or read the current folder as evidence.
+    """
+    labels: dict[str, str] = {}
+
+    def text(name: str) -> str | None:
+        given = setting(name)
+        if given is None:
+            return None
+        labels[name] = given.label
+        if not given.value.strip():
+            raise ConfigError(f"{given.label}: empty value; expected {_EXPECTED_VALUE[name]}")
+        return given.value.strip()
+
+    def path(name: str) -> Path | None:
+        value = text(name)
+        return None if value is None else Path(value).expanduser()
+
+    suite = text("suite")
+    if suite is None:
+        return None
+    for given in evidence:
+        labels["evidence"] = given.label
+        if not given.value.strip():
+            raise ConfigError(f"{given.label}: empty value; expected {_EXPECTED_VALUE['evidence']}")
+    return RunOptions(
+        suite=suite,
+        thresholds_file=path("thresholds"),
+        replay=path("replay"),
+        save=path("save"),
+        evidence=[Path(given.value.strip()).expanduser() for given in evidence],
+        evidence_missing=text("evidence-missing") or "fail",
+        evidence_exclude=list(evidence_exclude or []),
+        pair_mode=text("pair-mode"),
+        backend=text("backend"),
+        baseline=path("baseline"),
+        save_dir=path("save-dir"),
+        host=text("host"),
+        quick=quick,
+        labels=labels,
+    )
+
+
+@dataclass
+class Run:
+    """One acceptance run: its options, the node read from its source, the suite and the thresholds."""
+
+    options: RunOptions
+    node: Node
+    suite: Suite
+    thresholds: Thresholds
+    auto_note: str | None = None
+    # Set when --nvlink-suite=auto found no suite for the node: the inventory gate fails with it.
+    auto_mismatch: str | None = None
+    baseline: Baseline | None = None  # set from --nvlink-baseline (attach_baseline)
+    # What {host} and {date} stand for in this run's output paths (pytest_nvlink.core.placeholders).
+    placeholders: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def host(self) -> str:
+        """The host this run reports: --nvlink-host, else the node's own, else this machine's name."""
+        return self.node.host or socket.gethostname()
+
+    @functools.cached_property
+    def context(self) -> Context:
+        """The judges' one context for this run: its answers about GPUs and pairs are worked out once."""
+        return Context(self.node, self.suite, self.thresholds, self.auto_mismatch)
+
+    def probe_failed(self) -> bool:
+        """True when the source gave no GPUs at all: only the inventory verdict is meaningful."""
+        return not self.node.gpus and bool(self.node.probe_errors)
+
+    def gate_only(self) -> str | None:
+        """Why only the inventory gate runs (nothing probed, or no suite fits the node); None otherwise."""
+        if self.probe_failed():
+            return "node could not be probed: " + "; ".join(self.node.probe_errors)
+        return self.auto_mismatch
+
+
+def build_run(options: RunOptions, live_probe: Callable[[], Node]) -> Run:
+    _check_exclusive(options)
+    _check_paths(options)
+    # A named suite is validated before probing, so a typo costs no probe and names the known suites.
+    named = None if options.suite == AUTO else load_suite(options.suite)
+    if named is not None:
+        _check_threshold_ref(named)
+    # A replay or evidence names its host before anything is probed; a live probe reports this machine's name.
+    recorded = _load_recorded_node(options)
+    values = placeholder_values(options.host or (recorded.host if recorded is not None else None))
+    options = _expand_save_paths(options, values)
+    node = recorded if recorded is not None else live_probe()
+    if options.host is not None:
+        node.host = options.host  # saved snapshots and results then name the host the run reports
+    if options.quick:
+        from pytest_nvlink.plugin.quick_rules import facts_only
+
+        node = facts_only(node)
+    note, mismatch = None, None
+    suite = named
+    if suite is None:
+        suite, note, mismatch = choose_auto_suite(node)
+    if options.pair_mode is not None:
+        suite.measure.pair_mode = options.pair_mode
+    thresholds = load_thresholds(_threshold_ref(suite), options.thresholds_file)
+    check_required_keys(suite, thresholds)
+    run = Run(options, node, suite, thresholds, note, mismatch, placeholders=values)
+    if options.baseline is not None:
+        from pytest_nvlink.judges.baseline_match import attach_baseline
+
+        attach_baseline(run)
+    return run
+
+
+def not_collected(suite: Suite) -> dict[str, str]:
+    """Checks that do not exist for this suite's shape, keyed by fixture name or ``area:<marker area>``, with why."""
+    absent: dict[str, str] = {}
+    if suite.gpu_count < 2:
+        one_gpu = f"suite {suite.name} has 1 GPU ({suite.file.name}:suite.gpu_count)"
+        pair_fixtures = ("nvlink_pair", "nvlink_ordered_pair", "nvlink_pairs", "nvlink_ordered_pairs")
+        absent |= dict.fromkeys(pair_fixtures, one_gpu) | {"area:collectives": one_gpu}
+    elif not suite.measure.collectives:
+        absent["area:collectives"] = f"{suite.file.name}:measure.collectives is empty"
+    if "area:collectives" in absent:
+        absent["nvlink_collective"] = absent["area:collectives"]
+    if suite.gpus_per_host is None:  # rack checks exist only for a suite spanning several hosts
+        absent["area:rack"] = absent["nvlink_tray"] = f"suite {suite.name} sets no suite.gpus_per_host"
+    return absent
+
+
+BASELINE_NOT_COLLECTED = "baseline checks (test_baseline_*): no --nvlink-baseline given"
+
+
+def baseline_not_collected(run: Run) -> dict[str, str]:
+    """The baseline checks exist only when a baseline is given (keyed as :func:`not_collected` keys them)."""
+    return {} if run.options.baseline is not None else {"area:baseline": BASELINE_NOT_COLLECTED}
+
+
+def not_collected_note(suite: Suite) -> str | None:
+    """One header line naming what :func:`not_collected` leaves out, or None."""
+    absent = not_collected(suite)
+    what = [
+        name
+        for key, name in (
+            ("nvlink_pair", "pair checks (paths, P2P status, P2P bandwidth)"),
+            ("area:collectives", "collective checks"),
+        )
+        if key in absent
+    ]
+    reasons = dict.fromkeys(absent[key] for key in ("nvlink_pair", "area:collectives") if key in absent)
+    return f"not collected: {' and '.join(what)}: {'; '.join(reasons)}" if what else None
+
+
+def _check_exclusive(options: RunOptions) -> None:
+    if options.replay and options.evidence:
+        raise ConfigError(f"{options.label('replay')} and {options.label('evidence')}: choose one source, not both")
+    for name, given in (("baseline", options.baseline), ("save-dir", options.save_dir)):
+        if options.quick and given is not None:
+            # A quick snapshot has no figures: as a folder's newest passing run it would fail every comparison.
+            raise ConfigError(
+                f"{options.label(name)} and {options.label('quick')}: a quick run measures nothing, so it neither "
+                "compares with nor adds to a baseline; leave one of them out"
+            )
+    choices = (
+        ("evidence-missing", options.evidence_missing, ("fail", "skip")),
+        ("pair-mode", options.pair_mode, (None, "serial", "concurrent")),
+        ("backend", options.backend, (None, "nccl", "gloo")),
+    )
+    for name, value, allowed in choices:
+        if value not in allowed:
+            shown = " or ".join(str(a) for a in allowed if a is not None)
+            raise ConfigError(f"{options.label(name)}: expected {shown}, got {value!r}")
+
+
+def _check_paths(options: RunOptions) -> None:
+    """Input paths that cannot be what they claim, and an unwritable --nvlink-save, before any probing."""
+    if options.thresholds_file is not None and not options.thresholds_file.is_file():
+        raise ConfigError(_thresholds_file_problem(options.label("thresholds"), options.thresholds_file))
+    for path in options.evidence:
+        if path.exists() and not (path.is_file() or path.is_dir()):
+            raise ConfigError(f"{options.label('evidence')}: {path} is not a regular file or folder (a device or pipe)")
+    for name, given in (("save", options.save), ("save-dir", options.save_dir)):
+        if given is not None:
+            try:
+                check_placeholders(str(given), options.label(name))
+            except PlaceholderError as exc:
+                raise ConfigError(str(exc)) from None
+
+
+def _expand_save_paths(options: RunOptions, values: dict[str, str]) -> RunOptions:
+    """``{host}`` and ``{date}`` in --nvlink-save and --nvlink-save-dir; an unwritable target stops the run."""
+
+    def expanded(name: str, path: Path | None) -> Path | None:
+        return None if path is None else Path(expand(str(path), values, options.label(name)))
+
+    options = replace(options, save=expanded("save", options.save), save_dir=expanded("save-dir", options.save_dir))
+    if options.save_dir is not None and options.save_dir.exists() and not options.save_dir.is_dir():
+        raise ConfigError(f"{options.label('save-dir')}: {options.save_dir} is not a folder")
+    if options.save is not None:
+        from pytest_nvlink.model.document import SnapshotError, check_writable
+
+        try:
+            check_writable(options.save)
+        except SnapshotError as exc:
+            raise ConfigError(f"{options.label('save')}: {exc}") from None
+    return options
+
+
+def _thresholds_file_problem(label: str, path: Path) -> str:
+    shipped = shipped_names("thresholds")
+    if path.exists():
+        return f"{label}: {path} is not a regular file; expected a site threshold .toml"
+    if str(path) in shipped:
+        return (
+            f"{label}: {path} is not a file; shipped threshold sets ({', '.join(shipped)}) are chosen by a "
+            "suite's suite.thresholds key — here give a site .toml laid over them (README: A site threshold file)"
+        )
+    return f"{label}: {path}: file not found (expected a site threshold .toml)"
+
+
+def _load_recorded_node(options: RunOptions) -> Node | None:
+    """The replayed snapshot or the parsed evidence; None when the node is this machine, probed live."""
+    if options.replay is not None:
+        from pytest_nvlink.model.document import SnapshotError, load_snapshot
+
+        try:
+            return load_snapshot(_snapshot_path(options.replay, options.label("replay")))
+        except SnapshotError as exc:
+            raise ConfigError(f"{options.label('replay')}: {exc}") from None
+    if options.evidence:
+        from pytest_nvlink.sources.evidence.load import EvidenceError, load_evidence
+
+        try:
+            return load_evidence(options.evidence, options.evidence_exclude)
+        except EvidenceError as exc:
+            raise ConfigError(f"{options.label('evidence')}: {exc}") from None
+    return None
+
+
+def _snapshot_path(replay: Path, label: str) -> Path:
+    """A path, or the name of a shipped example snapshot (``h100-8gpu-healthy``)."""
+    if replay.exists() or replay.suffix or len(replay.parts) > 1:
+        return replay
+    shipped = data_dir("snapshots") / f"{replay}.json"
+    if not shipped.is_file():
+        known = ", ".join(shipped_names("snapshots", "*.json"))
+        raise ConfigError(f"{label}: {replay} is neither a file nor a shipped snapshot ({known})")
+    return shipped
+
+
+def choose_auto_suite(node: Node) -> tuple[Suite, str, str | None]:
+    """The shipped suite for the node, the header note, and why none fits (None when one does).
+
+    A node no suite fits is exactly the node that needs a report, so it is not a usage error: the
+    run goes on against the nearest suite, and the inventory gate fails with what was found.
+    """
+    model = node.gpus[0].name if node.gpus else None
+    found = f"{len(node.gpus)} x {model}" if node.gpus else "no GPUs"
+    picked = pick_suite_for(model, len(node.gpus))
+    if picked is not None:
+        return load_suite(picked), f"auto-selected suite {picked} for {found}", None
+    suites = [load_suite(name) for name in shipped_names("suites")]
+    same_model = [suite for suite in suites if suite.model_matches(model)]
+    # The nearest GPU count, ties to the larger suite: a GPU lost or hidden is the common fault.
+    nearest = min(same_model or suites, key=lambda s: (abs(s.gpu_count - len(node.gpus)), -s.gpu_count))
+    note = (
+        f"suite auto-selection: no shipped suite matches {found}; only the inventory gate runs "
+        f"(judged against {nearest.name} for reference)"
+    )
+    return nearest, note, _mismatch_reason(node, found, nearest, bool(same_model))
+
+
+def _mismatch_reason(node: Node, found: str, nearest: Suite, model_known: bool) -> str:
+    count, expected = len(node.gpus), nearest.gpu_count
+    if not node.gpus:
+        problems = "; ".join(node.probe_errors) or "the source lists none"
+        return f"no GPUs found ({problems}), so no suite can be auto-selected"
+    if not model_known:
+        return (
+            f"{found}: no shipped suite accepts this GPU model (shipped suites: {', '.join(shipped_names('suites'))}); "
+            "write a suite file for this node (README: Suites and thresholds) and pass --nvlink-suite=PATH"
+        )
+    if expected > count:
+        return (
+            f"{found}: no shipped suite has {count} GPUs; {nearest.name} expects {expected} — "
+            f"{expected - count} GPU(s) missing or hidden? (dmesg Xid 79, CUDA_VISIBLE_DEVICES, container "
+            "runtime or VM passthrough)"
+        )
+    return (
+        f"{found}: no shipped suite has {count} GPUs; {nearest.name} expects {expected} — write a suite file "
+        "for this shape and pass --nvlink-suite=PATH"
+    )
+
+
+def _threshold_ref(suite: Suite) -> str:
+    ref = suite.thresholds_ref
+    if ref.endswith(".toml") or "/" in ref:
+        path = Path(ref).expanduser()
+        return str(path if path.is_absolute() else suite.file.parent / path)
+    return ref
+
+
+def _check_threshold_ref(suite: Suite) -> None:
+    """A suite's ``suite.thresholds`` that names no set or file: the suite's file and key are to blame."""
+    ref, where = _threshold_ref(suite), f"{suite.file}:suite.thresholds"
+    if ref.endswith(".toml") or "/" in ref:  # a file, relative to the suite or absolute
+        if not Path(ref).is_file():
+            raise ConfigError(f"{where}: {suite.thresholds_ref!r} resolves to {ref}, which is not a file")
+    elif ref not in shipped_names("thresholds"):
+        raise ConfigError(
+            f"{where}: unknown threshold set {ref!r}; shipped sets: {', '.join(shipped_names('thresholds'))}"
+        )

@@ -1,0 +1,254 @@
+"""The results record: every item's verdict as data, taken from the verdicts themselves.
+
+The plugin copies each verdict (outcome, message, measured, expected, unit, threshold or suite
+key and file) into the item's ``user_properties``; pytest hands those to every reporter and
+pytest-xdist carries them from the workers to the controller. This module reads them from the
+test reports (plain objects: no pytest import) and never parses pytest's own text, except to say
+why an item that recorded no verdict failed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import chain
+from typing import TYPE_CHECKING, Any
+
+from pytest_nvlink.model import NcclAudit
+from pytest_nvlink.plugin.run import Run
+from pytest_nvlink.record.audit import UNJUDGED
+from pytest_nvlink.verdict import Outcome
+
+if TYPE_CHECKING:
+    from pytest_nvlink.record.baseline import BaselineSection
+
+# Properties the plugin adds to every verdict's own ones (plugin._record), kept out of ``properties``.
+RUN_PROPERTIES: frozenset[str] = frozenset({"suite", "source", "outcome", "message"})
+IMPROVED_PROPERTY = "baseline_improved"  # judges.baseline's note of a figure better than the baseline
+
+
+@dataclass
+class ItemResult:
+    """One nvlink-marked item: its verdict as recorded, and what pytest made of it."""
+
+    nodeid: str
+    check: str  # the check function: "test_p2p_unidirectional"
+    area: str  # the check module: "bandwidth" (nvlink/test_bandwidth.py)
+    outcome: str  # a verdict Outcome value, or "unjudged"
+    pytest_outcome: str  # "passed" | "failed" | "skipped" | "error"
+    message: str
+    properties: dict[str, str] = field(default_factory=dict)
+    # Every baseline improvement the verdict noted: one item (a GPU pair) can improve on several figures,
+    # where ``properties`` keeps one value per name.
+    improvements: list[str] = field(default_factory=list)
+    # A per-source item (``gpu17->*``): every pair's verdict (src, dst, outcome, message, measured, expected,
+    # unit); None for an item judging one GPU or pair.
+    pairs: list[dict[str, Any]] | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.pytest_outcome in ("failed", "error")
+
+
+def check_name(nodeid: str) -> str:
+    return nodeid.rsplit("::", maxsplit=1)[-1].split("[", maxsplit=1)[0]
+
+
+def area_of(nodeid: str) -> str:
+    module = nodeid.split("::", maxsplit=1)[0].rsplit("/", 1)[-1]
+    return module.removesuffix(".py").removeprefix("test_")
+
+
+@dataclass
+class ItemLog:
+    """Every nvlink item's result by node id, fed with pytest's reports as they arrive."""
+
+    items: dict[str, ItemResult] = field(default_factory=dict)
+
+    def add(self, report: Any) -> None:
+        """Take one TestReport; only the call, or a setup that failed or skipped (the call never ran), counts."""
+        if "nvlink" not in getattr(report, "keywords", {}):
+            return
+        when = getattr(report, "when", None)
+        if when == "call" or (when == "setup" and not getattr(report, "passed", False)):
+            self.items[str(report.nodeid)] = item_result(report)
+
+    def add_all(self, stats: Mapping[str, Sequence[Any]]) -> ItemLog:
+        for reports in stats.values():
+            for report in reports:
+                self.add(report)
+        return self
+
+    def results(self) -> list[ItemResult]:
+        return list(self.items.values())
+
+
+def item_result(report: Any) -> ItemResult:
+    nodeid = str(report.nodeid)
+    props = text_properties(getattr(report, "user_properties", []))
+    recorded = dict(props)  # a later value wins, as for a verdict judged twice
+    outcome = recorded.get("outcome", UNJUDGED)
+    message = recorded.get("message") or _crash_line(report)
+    improved = IMPROVED_PROPERTY in recorded
+    return ItemResult(
+        nodeid=nodeid,
+        check=check_name(nodeid),
+        area=area_of(nodeid),
+        outcome=outcome,
+        pytest_outcome=_pytest_outcome(report),
+        message=message,
+        properties={k: v for k, v in props if k not in RUN_PROPERTIES},
+        improvements=list(dict.fromkeys(v for k, v in props if k == IMPROVED_PROPERTY)) if improved else [],
+        pairs=getattr(report, "nvlink_pairs", None),
+    )
+
+
+def text_properties(properties: Sequence[tuple[Any, Any]]) -> Sequence[tuple[str, str]]:
+    """A report's ``user_properties`` as text: as they are when every name and value is a str (ours are)."""
+    if {*map(type, chain.from_iterable(properties))} <= _STR:
+        return properties
+    return [(str(name), str(value)) for name, value in properties]
+
+
+_STR = frozenset({str})
+
+
+def _pytest_outcome(report: Any) -> str:
+    outcome = str(getattr(report, "outcome", "failed"))
+    return "error" if getattr(report, "when", None) == "setup" and outcome == "failed" else outcome
+
+
+def _crash_line(report: Any) -> str:
+    """Why an item without a verdict ended as it did (a setup error, a check that never judged)."""
+    crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
+    text = str(getattr(crash, "message", "") or getattr(report, "longreprtext", ""))
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line.removeprefix("Failed: ").removeprefix("Skipped: ")
+
+
+# The run's verdict: any failure fails it; checks left without evidence leave it incomplete.
+PASS, FAIL, INCOMPLETE = "PASS", "FAIL", "INCOMPLETE"
+
+
+def run_verdict(items: Iterable[ItemResult]) -> str:
+    results = list(items)
+    counts = Counter(item.outcome for item in results)
+    if counts[Outcome.FAIL.value] or counts[UNJUDGED]:
+        return FAIL
+    judged = counts[Outcome.PASS.value]
+    # Items that failed only for want of evidence say the audit is incomplete, not that the node is bad.
+    if counts[Outcome.NO_EVIDENCE.value] or judged == 0:
+        return INCOMPLETE
+    return FAIL if any(item.failed for item in results) else PASS
+
+
+FAILURES_SHOWN = 3
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    """One check's failures for the summary: the first few shown, the others named by parameter."""
+
+    check: str
+    shown: list[ItemResult]
+    others: list[str]  # the parameters ("gpu4", "gpu2-gpu6") of the failures not shown
+
+
+def _param(item: ItemResult) -> str:
+    return item.nodeid.rsplit("[", 1)[-1].rstrip("]") if "[" in item.nodeid else item.nodeid
+
+
+@dataclass
+class Results:
+    """What every renderer reads: the run (node, suite, thresholds, measurements) and each item's verdict."""
+
+    run: Run
+    items: list[ItemResult]
+    audit: str  # the "partial audit: N of M checks had evidence" line
+
+    @property
+    def verdict(self) -> str:
+        return run_verdict(self.items)
+
+    def failures(self) -> list[ItemResult]:
+        return [item for item in self.items if item.failed]
+
+    def failures_by_area(self) -> list[tuple[str, list[ItemResult]]]:
+        groups: dict[str, list[ItemResult]] = {}
+        for item in self.failures():
+            groups.setdefault(item.area, []).append(item)
+        return list(groups.items())
+
+    def failure_groups(self, shown: int = FAILURES_SHOWN) -> list[tuple[str, list[FailureGroup]]]:
+        """Failures by area, then by check; a check failing on many GPUs or pairs shows a few and names the rest."""
+        grouped: list[tuple[str, list[FailureGroup]]] = []
+        for area, items in self.failures_by_area():
+            checks: dict[str, list[ItemResult]] = {}
+            for item in items:
+                checks.setdefault(item.check, []).append(item)
+            groups = [
+                FailureGroup(check, same[:shown], [_param(x) for x in same[shown:]]) for check, same in checks.items()
+            ]
+            grouped.append((area, groups))
+        return grouped
+
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(item.pytest_outcome for item in self.items))
+
+    @property
+    def nccl_transports(self) -> list[tuple[str, int]]:
+        return nccl_transports(self.run)
+
+    @property
+    def baseline(self) -> BaselineSection | None:
+        """What the run was compared with and what changed since; None without ``--nvlink-baseline``."""
+        from pytest_nvlink.record.baseline import baseline_section
+
+        return baseline_section(self.run, self.items)
+
+
+def nccl_transports(run: Run) -> list[tuple[str, int]]:
+    """Channels per transport NCCL used ("P2P/MNNVL", "NET/IB", "NVLS"), from the run's NCCL log; [] without one."""
+    audit = run.node.measurements.nccl
+    return transport_counts(audit) if audit is not None else []
+
+
+def transport_counts(audit: NcclAudit) -> list[tuple[str, int]]:
+    """Channels per transport as NCCL named it ("P2P/MNNVL", "NET/IB", "SHM/direct"), most used first.
+
+    NVLS appears with the count of NVLS channels NCCL reported, since it prints no per-channel line for them.
+    """
+    counts: dict[str, int] = {}
+    for channel in audit.channels:
+        words = channel.detail.split("/")
+        label = "/".join(words[:2]) if len(words) > 1 and not words[1].isdigit() else words[0]
+        counts[label] = counts.get(label, 0) + 1
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    if audit.nvls_channels:
+        ordered.append(("NVLS", audit.nvls_channels))
+    return ordered
+
+
+def nccl_transport_line(run: Run) -> str | None:
+    """ "NCCL transports: P2P/MNNVL 1152 channels, NVLS 16 channels; MNNVL on 72 of 72 ranks (clique 7ffe)"."""
+    audit = run.node.measurements.nccl
+    counts = nccl_transports(run)
+    if audit is None or not (counts or audit.mnnvl):
+        return None
+    line = "NCCL transports: " + (", ".join(f"{name} {count} channels" for name, count in counts) or "no channel lines")
+    if audit.mnnvl:
+        enabled = [c for c in audit.mnnvl if c.enabled]
+        cliques = sorted({f"{c.clique_id:x}" for c in enabled if c.clique_id is not None})
+        shown = f" (clique{'s' if len(cliques) > 1 else ''} {', '.join(cliques)})" if cliques else ""
+        line += f"; MNNVL on {len(enabled)} of {len(audit.mnnvl)} ranks{shown}"
+    return line
+
+
+def source_text(run: Run) -> str:
+    options = run.options
+    if options.replay:
+        return f"replay of {options.replay}"
+    if options.evidence:
+        return "evidence from " + ", ".join(str(p) for p in options.evidence)
+    return "live (NVML + torch)"

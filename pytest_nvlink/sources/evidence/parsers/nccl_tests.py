@@ -1,0 +1,337 @@
+"""Parser for the text output of any nccl-tests binary (all_reduce_perf, all_gather_perf, ...).
+
+Result rows are read from the right: the last eight tokens are always the out-of-place and in-place
+``time algbw busbw #wrong`` groups, whatever optional ``redop``/``root`` columns the version prints
+before them. NCCL INFO/WARN lines can be interleaved anywhere when NCCL_DEBUG is set; they are
+skipped, WARN lines are kept.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pytest_nvlink.sources.evidence.parsers.common import ParseError, bad_line, parse_float, parse_int, split_lines
+
+# Binary name stem -> collective name as the model spells it (others keep their own name).
+OP_NAMES: dict[str, str] = {
+    "all_reduce": "all_reduce",
+    "all_gather": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "broadcast": "broadcast",
+    "alltoall": "all_to_all",
+    "sendrecv": "sendrecv",
+    "reduce": "reduce",
+    "gather": "gather",
+    "scatter": "scatter",
+    "hypercube": "hypercube",
+}
+_BINARY = re.compile(
+    r"\b(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|sendrecv|reduce|gather|scatter|hypercube)_perf\b"
+)
+_DEVICE = re.compile(
+    r"#\s*Rank\s+(\d+)\s+Group\s+(\d+)\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*"
+)
+_NCCL_LOG_LINE = re.compile(r"\bNCCL\s+(INFO|WARN|TRACE|ABORT)\b")
+# busbw / algbw for each collective at n ranks (nccl-tests doc/PERFORMANCE.md).
+_BUS_FACTORS: dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "sendrecv": lambda n: 1.0,
+}
+
+
+@dataclass(frozen=True)
+class Timing:
+    time_us: float | None
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    wrong: int | None  # None when printed as N/A (validation off) or when the column is "error"
+    error: float | None = None  # older nccl-tests print a max error instead of a #wrong count
+
+
+@dataclass(frozen=True)
+class Row:
+    size_bytes: int
+    count: int
+    dtype: str
+    redop: str | None
+    root: int | None
+    out_of_place: Timing
+    in_place: Timing
+    line_no: int
+
+
+@dataclass(frozen=True)
+class Device:
+    rank: int
+    group: int
+    pid: int
+    host: str
+    device: int
+    bus: str  # "0x0f" (older) or "0000:0f:00" (newer)
+    name: str
+
+
+@dataclass(frozen=True)
+class NcclTestsResult:
+    op: str | None  # model spelling: "all_reduce", "all_to_all", ...; None if not determinable
+    binary: str | None  # e.g. "all_reduce_perf" when the text names it
+    nranks: int | None
+    nthreads: int | None
+    ngpus: int | None
+    devices: tuple[Device, ...]
+    rows: tuple[Row, ...]
+    wrong_total: int | None  # None when no row printed a #wrong count
+    out_of_bounds: int | None
+    avg_busbw_gbps: float | None
+    warnings: tuple[str, ...]
+    version: str | None = None
+    # When the header was trimmed: the collectives the rows fit (op is None when more than one) and
+    # how the op or rank count was inferred, in words, for the evidence notes.
+    op_candidates: tuple[str, ...] = ()
+    inferred: str | None = None
+    log_ranks: tuple[int, ...] = ()  # ranks named by NCCL INFO "rank R nranks N" lines
+
+    @property
+    def gpu_names(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(d.name for d in self.devices))
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(d.host for d in self.devices))
+
+
+@dataclass
+class _State:
+    binary: str | None = None
+    version: str | None = None
+    nthreads: int | None = None
+    ngpus: int | None = None
+    error_column: bool = False
+    column_header: bool = False  # "#  size  count  type ..." seen: a run without rows hung or was killed
+    log_nranks: int | None = None
+    log_ranks: dict[int, None] = field(default_factory=dict)
+    out_of_bounds: int | None = None
+    avg_busbw: float | None = None
+
+
+def parse(text: str, *, op: str | None = None) -> NcclTestsResult:
+    """Parse one nccl-tests run; ``op`` ("all_reduce", "all_gather_perf", ...) overrides detection."""
+    state = _State()
+    devices: list[Device] = []
+    rows: list[Row] = []
+    warnings: list[str] = []
+    for line_no, raw in enumerate(split_lines(text), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        log = _NCCL_LOG_LINE.search(line)
+        if log:
+            if log.group(1) == "WARN":
+                warnings.append(line)
+            _read_rank_line(line, state)
+            continue
+        if line.startswith("#"):
+            _read_comment(line, raw, line_no, state, devices, after_rows=bool(rows))
+        elif re.match(r"\d+\s", line):
+            rows.append(_read_row(line, raw, line_no, state.error_column))
+        else:
+            binary = _BINARY.search(line)
+            if binary and state.binary is None:
+                state.binary = binary.group(0)  # the command line, e.g. "./build/all_reduce_perf -b 8"
+    if not rows and not (state.column_header and (state.binary or devices or state.ngpus)):
+        raise ParseError("expected nccl-tests result rows (size count type ... busbw #wrong); none found", 0)
+    nranks = len(devices) or (state.ngpus * state.nthreads if state.ngpus and state.nthreads else None)
+    how: list[str] = []
+    if nranks is None and state.log_nranks is not None:
+        nranks = state.log_nranks
+        how.append(f"{nranks} ranks from NCCL INFO 'rank R nranks N' lines")
+    wrongs = [t.wrong for r in rows for t in (r.out_of_place, r.in_place) if t.wrong is not None]
+    detected: str | None
+    candidates: tuple[str, ...]
+    if op:
+        detected, candidates = _op_from_hint(op), ()
+    else:
+        detected, candidates, nranks = _detect_op(state.binary, rows, nranks, how)
+    return NcclTestsResult(
+        op=detected,
+        binary=state.binary,
+        nranks=nranks,
+        nthreads=state.nthreads,
+        ngpus=state.ngpus,
+        devices=tuple(devices),
+        rows=tuple(rows),
+        wrong_total=sum(wrongs) if wrongs else None,
+        out_of_bounds=state.out_of_bounds,
+        avg_busbw_gbps=state.avg_busbw,
+        warnings=tuple(warnings),
+        version=state.version,
+        op_candidates=candidates,
+        inferred="; ".join(how) or None,
+        log_ranks=tuple(sorted(state.log_ranks)),
+    )
+
+
+def _read_rank_line(line: str, state: _State) -> None:
+    # "ncclCommInitRank comm 0x.. rank 3 nranks 8 cudaDev 3 ..." and "... Destroy COMPLETE ... nranks 8".
+    match = re.search(r"\brank\s+(\d+)\s+nranks\s+(\d+)", line, re.IGNORECASE)
+    if match:
+        state.log_ranks[int(match.group(1))] = None
+        state.log_nranks = max(state.log_nranks or 0, int(match.group(2)))
+
+
+def _read_comment(line: str, raw: str, line_no: int, state: _State, devices: list[Device], *, after_rows: bool) -> None:
+    body = line.lstrip("#").strip()
+    if match := _DEVICE.fullmatch(line):
+        rank, group, pid, host, device, bus, name = match.groups()
+        devices.append(Device(int(rank), int(group), int(pid), host, int(device), bus, name))
+    elif body.startswith("nThread"):
+        if after_rows:
+            raise bad_line("one nccl-tests run per file; a second run starts here, split the file", raw, line_no)
+        state.nthreads = _int_after(body, "nThread")
+        state.ngpus = _int_after(body, "nGpus")
+    elif match := re.match(r"Collective test starting:\s*(\S+)", body):
+        state.binary = match.group(1)
+    elif match := re.match(r"nccl-tests version\s+(\S+)", body):
+        state.version = match.group(1)
+    elif re.match(r"Rank\s+\d+\b", body):  # a cut rank line: which GPU and host the rank ran on is lost
+        raise bad_line("'#  Rank  N Group  N Pid  N on HOST device  N [BUS] NAME'", raw, line_no)
+    elif re.match(r"size\s+count\s+type\b", body):
+        state.column_header = True
+        state.error_column = "error" in body.split() and "#wrong" not in body
+    else:
+        _read_footer(body, raw, line_no, state)
+
+
+def _read_footer(body: str, raw: str, line_no: int, state: _State) -> None:
+    if match := re.match(r"Out of bounds values\s*:\s*(\S+)", body):
+        state.out_of_bounds = parse_int(match.group(1))
+        if state.out_of_bounds is None:
+            raise bad_line("'# Out of bounds values : N OK'", raw, line_no)
+    elif match := re.match(r"Avg bus bandwidth\s*:\s*(\S+)", body):
+        state.avg_busbw = parse_float(match.group(1))
+        if state.avg_busbw is None:
+            raise bad_line("'# Avg bus bandwidth : X'", raw, line_no)
+
+
+def _int_after(body: str, word: str) -> int | None:
+    match = re.search(rf"\b{word}\s+(\d+)", body)
+    return int(match.group(1)) if match else None
+
+
+def _read_row(line: str, raw: str, line_no: int, error_column: bool) -> Row:
+    tokens = line.split()
+    expected = "size count type [redop] [root] then time algbw busbw #wrong twice"
+    if not 11 <= len(tokens) <= 13:
+        raise bad_line(f"{expected} ({len(tokens)} fields)", raw, line_no)
+    size, count = parse_int(tokens[0]), parse_int(tokens[1])
+    middle = tokens[3:-8]
+    redop = next((t for t in middle if parse_int(t) is None), None)
+    roots = [parse_int(t) for t in middle if parse_int(t) is not None]
+    if size is None or count is None or len(middle) - (redop is not None) != len(roots) or len(roots) > 1:
+        raise bad_line(expected, raw, line_no)
+    oop = _timing(tokens[-8:-4], raw, line_no, error_column)
+    inp = _timing(tokens[-4:], raw, line_no, error_column)
+    return Row(size, count, tokens[2], redop, roots[0] if roots else None, oop, inp, line_no)
+
+
+def _timing(tokens: list[str], raw: str, line_no: int, error_column: bool) -> Timing:
+    values = [None if t.upper() == "N/A" else parse_float(t) for t in tokens[:3]]
+    if any(v is None and t.upper() != "N/A" for v, t in zip(values, tokens[:3], strict=True)):
+        raise bad_line("numbers (or N/A) for time, algbw and busbw", raw, line_no)
+    last = tokens[3]
+    if error_column:
+        error = None if last.upper() == "N/A" else parse_float(last)
+        if error is None and last.upper() != "N/A":
+            raise bad_line("a number or N/A in the error column", raw, line_no)
+        return Timing(values[0], values[1], values[2], None, error)
+    wrong = None if last.upper() == "N/A" else parse_int(last)
+    if wrong is None and last.upper() != "N/A":
+        raise bad_line("an integer or N/A in the #wrong column", raw, line_no)
+    return Timing(values[0], values[1], values[2], wrong)
+
+
+def _op_from_hint(hint: str) -> str:
+    stem = hint.strip().removesuffix("_perf").replace("-", "_")
+    return OP_NAMES.get(stem, stem)
+
+
+def _detect_op(
+    binary: str | None, rows: list[Row], nranks: int | None, how: list[str]
+) -> tuple[str | None, tuple[str, ...], int | None]:
+    """(op, candidates when ambiguous, nranks) from the binary name or, failing that, the rows."""
+    if binary:
+        match = _BINARY.search(binary) or re.fullmatch(r"(\w+)_perf(?:_mpi)?", binary)
+        if match:
+            op = _op_from_hint(match.group(1))
+            return op, (), nranks if nranks is not None else _ranks_from_ratio(op, rows, how)
+    return _op_from_columns(rows, nranks, how)
+
+
+def _ranks_from_ratio(op: str, rows: list[Row], how: list[str]) -> int | None:
+    ratio = _median_ratio(rows)
+    if op not in _BUS_FACTORS or op == "sendrecv" or ratio is None:
+        return None
+    ranks = _ranks_fitting(op, ratio, None)
+    if ranks:
+        how.append(f"{ranks} ranks from the busbw/algbw ratio {ratio:.3f} of {op}")
+    return ranks or None
+
+
+def _op_from_columns(
+    rows: list[Row], nranks: int | None, how: list[str]
+) -> tuple[str | None, tuple[str, ...], int | None]:
+    """Guess from redop/root and the busbw/algbw factor (nccl-tests doc/PERFORMANCE.md)."""
+    if not rows:
+        return None, (), nranks
+    first = rows[0]
+    reduces = first.redop not in (None, "none")
+    if first.root is not None and first.root >= 0:
+        op = "reduce" if reduces else "broadcast"
+        how.append(f"{op} from the redop/root columns ({first.redop}, root {first.root})")
+        return op, (), nranks
+    candidates = ["all_reduce", "reduce_scatter", "sendrecv"] if reduces else ["all_gather", "all_to_all", "sendrecv"]
+    if first.redop is None:
+        candidates = list(_BUS_FACTORS)  # no redop column printed: anything
+    ratio = _median_ratio(rows)
+    if ratio is None:
+        return None, tuple(candidates), nranks
+    fitting = [(c, n) for c in candidates if (n := _ranks_fitting(c, ratio, nranks)) is not None]
+    if len(fitting) != 1:
+        return None, tuple(c for c, _ in fitting) or tuple(candidates), nranks
+    op, ranks = fitting[0]
+    if nranks is None and op != "sendrecv":
+        how.append(f"{op} on {ranks} ranks from the busbw/algbw ratio {ratio:.3f} and redop {first.redop}")
+        return op, (), ranks
+    how.append(f"{op} from the busbw/algbw ratio {ratio:.3f} and redop {first.redop}")
+    return op, (), nranks
+
+
+def _median_ratio(rows: list[Row]) -> float | None:
+    if not rows:
+        return None
+    ratios = sorted(
+        r.out_of_place.busbw_gbps / r.out_of_place.algbw_gbps
+        for r in rows
+        if r.out_of_place.algbw_gbps and r.out_of_place.busbw_gbps is not None and r.out_of_place.algbw_gbps >= 1.0
+    )
+    return ratios[len(ratios) // 2] if ratios else None
+
+
+def _ranks_fitting(op: str, ratio: float, nranks: int | None) -> int | None:
+    """The rank count (given, or solved from the ratio) at which ``op`` prints this ratio; None if none."""
+    factor = _BUS_FACTORS[op]
+    if nranks is not None:
+        return nranks if nranks >= 2 and abs(factor(nranks) - ratio) <= 0.03 * ratio else None
+    if op == "sendrecv":
+        return 0 if abs(ratio - 1.0) <= 0.03 else None
+    # all_reduce: r = 2(n-1)/n, so n = 2/(2-r); the (n-1)/n family: n = 1/(1-r).
+    scale = 2.0 if op == "all_reduce" else 1.0
+    if ratio >= scale * 0.995:
+        return None
+    solved = round(scale / (scale - ratio))
+    return solved if solved >= 2 and abs(factor(solved) - ratio) <= 0.01 * ratio else None

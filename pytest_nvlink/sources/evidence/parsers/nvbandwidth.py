@@ -1,0 +1,261 @@
+"""Parser for NVIDIA nvbandwidth's text output, older (0.00 diagonal, no SUM) and newer formats.
+
+Each testcase prints ``Running <name>.``, a title such as ``memcpy CE GPU(row) <- GPU(column)
+bandwidth (GB/s)``, a column header and one row per source. The arrow in the title says which
+way the data moved; it differs between testcases, so it is kept with each matrix rather than assumed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from pytest_nvlink.sources.evidence.parsers.common import ParseError, bad_line, parse_float, split_lines
+
+_RUNNING = re.compile(r"Running\s+([\w.-]+?)\.?\s*")
+_TITLE = re.compile(
+    r"(?P<what>.*?)\s*(?P<rowkind>CPU|GPU)\(row\)\s*(?P<arrow><->|->|<-)\s*(?P<colkind>CPU|GPU)\(column\)"
+    r"\s*(?P<rest>.*?)\s*\((?P<unit>GB/s|ns|us)\)\s*"
+)
+_DEVICE = re.compile(r"[Dd]evice\s+(\d+)\s*:\s*(.+?)\s*(?:\(([0-9A-Fa-f]+:[0-9A-Fa-f:.]+)\))?\s*")
+# Multinode builds (one MPI process per GPU) name each process's host and its device there, so device
+# numbers restart on every host: "Process 4 (tray-02): device 0: NVIDIA GB200 (00000008:01:00)".
+_PROCESS_START = re.compile(r"Process\s+\d+\b")
+_PROCESS = re.compile(
+    r"Process\s+(\d+)\s*\(([^()\s]+)\)\s*:\s*[Dd]evice\s+(\d+)\s*:\s*(.+?)\s*(?:\(([0-9A-Fa-f]+:[0-9A-Fa-f:.]+)\))\s*"
+)
+_SUM = re.compile(r"SUM\s+([\w.-]+)\s+(\S+)\s*")
+_VERSIONS = {
+    "nvbandwidth Version": "version",
+    "MPI version": "mpi",
+    "Built from Git version": "git_version",
+    "CUDA Runtime Version": "cuda_runtime",
+    "CUDA Driver Version": "cuda_driver",
+    "Driver Version": "driver",
+}
+
+
+@dataclass(frozen=True)
+class Testcase:
+    name: str
+    title: str
+    row_kind: str  # "GPU" or "CPU"
+    column_kind: str
+    arrow: str  # "<-": data moved column -> row; "->": row -> column; "<->": both at once
+    unit: str  # "GB/s", or "ns" for latency testcases
+    matrix: dict[tuple[int, int], float | None]  # N/A cells are None; the "Total" one when several are printed
+    total: float | None = None  # the SUM line of newer versions
+    # Bidirectional testcases of newer versions print per-direction matrices too ("Read1", "Read2",
+    # "Write1", ...) besides "Total"; kept apart here, keyed by that word.
+    parts: dict[str, dict[tuple[int, int], float | None]] = field(default_factory=dict)
+
+    @property
+    def bidirectional(self) -> bool:
+        return self.arrow == "<->"
+
+    def source_and_destination(self, row: int, column: int) -> tuple[int, int]:
+        """(src, dst) of the data for a cell; for "<->" the row is reported as the source."""
+        return (column, row) if self.arrow == "<-" else (row, column)
+
+
+@dataclass(frozen=True)
+class ProcessDevice:
+    """One MPI process of a multinode run: the matrices' row/column ``process`` is ``device`` on ``host``."""
+
+    process: int
+    host: str
+    device: int  # the CUDA device on that host; numbers restart on every host
+    name: str
+    bus_id: str | None
+
+
+@dataclass(frozen=True)
+class NvbandwidthResult:
+    testcases: dict[str, Testcase]
+    devices: dict[int, str]  # index -> name
+    device_bus_ids: dict[int, str] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)  # keys: values of _VERSIONS
+    waived: tuple[str, ...] = ()  # testcases that ran but printed no matrix
+    notes: tuple[tuple[int, str], ...] = ()
+    processes: dict[int, ProcessDevice] = field(default_factory=dict)  # multinode builds only
+
+    @property
+    def version(self) -> str | None:
+        return self.versions.get("version")
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """The hosts of a multinode run in the order of their first process."""
+        return tuple(dict.fromkeys(p.host for _, p in sorted(self.processes.items())))
+
+
+@dataclass
+class _Pending:
+    name: str
+    line_no: int
+    title: re.Match[str] | None = None
+    matrix: dict[tuple[int, int], float | None] | None = None
+    parts: dict[str, tuple[re.Match[str], dict[tuple[int, int], float | None]]] = field(default_factory=dict)
+
+    @property
+    def unnamed(self) -> bool:
+        return self.name.startswith(_UNNAMED)
+
+    def next_title(self, title: re.Match[str]) -> bool:
+        """Take a further matrix title of the same testcase; False when it starts another testcase."""
+        part = _part_of(title)
+        if self.title is None or self.matrix is None or part is None or _part_of(self.title) is None:
+            return False
+        self.parts[_part_of(self.title) or ""] = (self.title, self.matrix)
+        self.title, self.matrix = title, None
+        return True
+
+
+@dataclass
+class _Builder:
+    testcases: dict[str, Testcase] = field(default_factory=dict)
+    devices: dict[int, str] = field(default_factory=dict)
+    bus_ids: dict[int, str] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    waived: list[str] = field(default_factory=list)
+    sums: dict[str, float] = field(default_factory=dict)
+    notes: list[tuple[int, str]] = field(default_factory=list)
+    processes: dict[int, ProcessDevice] = field(default_factory=dict)
+
+
+def parse(text: str) -> NvbandwidthResult:
+    lines = split_lines(text)
+    out = _Builder()
+    pending: _Pending | None = None
+    index = 0
+    while index < len(lines):
+        line = lines[index].strip()
+        index += 1
+        if match := _RUNNING.fullmatch(line):
+            _finish(pending, out)
+            pending = _Pending(match.group(1), index)
+        elif match := _TITLE.fullmatch(line):
+            pending = _take_title(pending, match, index, out)
+        elif pending is not None and pending.title is not None and re.fullmatch(r"\d+(?:\s+\d+)*", line):
+            if pending.matrix is not None:
+                raise bad_line(f"one matrix per title for testcase {pending.name}", lines[index - 1], index)
+            pending.matrix, index = _read_matrix(lines, index, line)
+        elif match := _SUM.fullmatch(line):
+            out.sums[match.group(1)] = _number(match.group(2), lines[index - 1], index)
+            if pending is not None and pending.unnamed:
+                pending.name = match.group(1)  # newer versions: the name may survive only on the SUM line
+        elif pending is not None and pending.title is None and line.startswith("Waived"):
+            _finish(pending, out)
+            pending = None
+        elif _PROCESS_START.match(line):
+            _read_process(line, lines[index - 1], index, out)
+        else:
+            _read_preamble(line, out)
+    _finish(pending, out)
+    if not out.testcases and not out.waived:
+        raise ParseError("expected nvbandwidth output ('Running <testcase>.' followed by a matrix); none found", 0)
+    testcases = {name: _with_total(case, out.sums.get(name)) for name, case in out.testcases.items()}
+    return NvbandwidthResult(
+        testcases, out.devices, out.bus_ids, out.versions, tuple(out.waived), tuple(out.notes), out.processes
+    )
+
+
+_UNNAMED = "unnamed testcase at line "
+
+
+def _part_of(title: re.Match[str]) -> str | None:
+    words = [w for w in title.group("rest").split() if w.lower() not in ("bandwidth", "latency")]
+    return words[0] if words else None
+
+
+def _take_title(pending: _Pending | None, title: re.Match[str], line_no: int, out: _Builder) -> _Pending:
+    if pending is not None and pending.title is None:
+        pending.title = title
+        return pending
+    if pending is not None and pending.next_title(title):
+        return pending
+    # A matrix title with no "Running <name>." line before it: the line was cut ("...").
+    _finish(pending, out)
+    return _Pending(f"{_UNNAMED}{line_no}", line_no, title)
+
+
+def _with_total(case: Testcase, total: float | None) -> Testcase:
+    return Testcase(
+        case.name, case.title, case.row_kind, case.column_kind, case.arrow, case.unit, case.matrix, total, case.parts
+    )
+
+
+def _read_preamble(line: str, out: _Builder) -> None:
+    for label, key in _VERSIONS.items():
+        if line.startswith(label + ":"):
+            out.versions[key] = line[len(label) + 1 :].strip()
+            return
+    if match := _DEVICE.fullmatch(line):
+        out.devices[int(match.group(1))] = match.group(2)
+        if match.group(3):
+            out.bus_ids[int(match.group(1))] = match.group(3)
+
+
+def _read_process(line: str, raw: str, line_no: int, out: _Builder) -> None:
+    match = _PROCESS.fullmatch(line)
+    if match is None:  # cut or damaged: which GPU a row is would be a guess
+        raise bad_line("'Process N (HOST): device M: NAME (BUS ID)'", raw, line_no)
+    process, host, device, name, bus = match.groups()
+    if int(process) in out.processes:
+        raise bad_line(f"process {process} once", raw, line_no)
+    out.processes[int(process)] = ProcessDevice(int(process), host, int(device), name, bus)
+
+
+def _finish(pending: _Pending | None, out: _Builder) -> None:
+    if pending is None:
+        return
+    if pending.name in out.testcases:
+        raise ParseError(f"testcase {pending.name} appears twice", pending.line_no)
+    if pending.title is None or pending.matrix is None:
+        out.waived.append(pending.name)  # "Waived" or an error message instead of a result
+        return
+    if pending.unnamed:
+        out.notes.append(
+            (pending.line_no, "a matrix with no 'Running <testcase>.' line or SUM line naming it; not read")
+        )
+        return
+    parts = {**pending.parts, _part_of(pending.title) or "": (pending.title, pending.matrix)}
+    main = next((key for key in parts if key.lower() == "total"), next(iter(parts)))
+    title, matrix = parts.pop(main)
+    out.testcases[pending.name] = Testcase(
+        name=pending.name,
+        title=title.group(0).strip(),
+        row_kind=title.group("rowkind"),
+        column_kind=title.group("colkind"),
+        arrow=title.group("arrow"),
+        unit=title.group("unit"),
+        matrix=matrix,
+        parts={key: value for key, (_, value) in parts.items()},
+    )
+
+
+def _read_matrix(lines: list[str], index: int, header: str) -> tuple[dict[tuple[int, int], float | None], int]:
+    columns = [int(c) for c in header.split()]
+    matrix: dict[tuple[int, int], float | None] = {}
+    rows: set[int] = set()
+    while index < len(lines):
+        tokens = lines[index].split()
+        if not tokens or not tokens[0].isdigit():
+            break
+        row = int(tokens[0])
+        if len(tokens) != len(columns) + 1 or row in rows:
+            raise bad_line(f"row {row} once, with {len(columns)} values (number or N/A)", lines[index], index + 1)
+        rows.add(row)
+        for column, token in zip(columns, tokens[1:], strict=True):
+            matrix[(row, column)] = None if token.upper() == "N/A" else _number(token, lines[index], index + 1)
+        index += 1
+    if not matrix:
+        raise ParseError("a matrix column header with no rows under it", index)
+    return matrix, index
+
+
+def _number(token: str, line: str, line_no: int) -> float:
+    value = parse_float(token)
+    if value is None:
+        raise bad_line("a number or N/A", line, line_no)
+    return value

@@ -1,0 +1,133 @@
+"""Parser for ``nvidia-smi -q`` (whole, ``-i N``, or ``grep -C`` windows of it).
+
+Read for inventory (product name, UUID, bus id, driver), the PCIe link (generation and width) and
+the NVSwitch ``Fabric`` section (State, Status, CliqueId, ClusterUUID and its Health block), as
+documented in the nvidia-smi manual page (https://docs.nvidia.com/deploy/nvidia-smi/index.html).
+Indentation is not trusted: pasted blocks arrive shifted left and drivers pad the key column to
+different widths, so sections are tracked by their header words, and a ``--`` line from
+``grep -C`` ends the current section.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from pytest_nvlink.sources.evidence.parsers.common import ParseError, bad_line, split_lines
+
+_GPU_HEADER = re.compile(r"GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])")
+_KEY_VALUE = re.compile(r"([A-Za-z][\w ./()-]*?)\s*:\s*(.*)")
+_SECTIONS = {"pcie generation": "gen", "link width": "width", "fabric": "fabric", "health": "health"}
+# Keys whose meaning depends on the section they are in; elsewhere (Clocks, ...) they are ignored.
+_SECTION_KEYS = {
+    ("gen", "max"): "pcie_gen_max",
+    ("gen", "current"): "pcie_gen_current",
+    ("gen", "device max"): "pcie_gen_gpu_max",
+    ("width", "max"): "pcie_width_max",
+    ("width", "current"): "pcie_width_current",
+    ("fabric", "state"): "fabric_state",
+    ("fabric", "status"): "fabric_status",
+    ("fabric", "cliqueid"): "clique_id",
+    ("fabric", "clusteruuid"): "cluster_uuid",
+    ("health", "bandwidth"): "health_bandwidth",
+    ("health", "route recovery in progress"): "health_route_recovery",
+    ("health", "route unhealthy"): "health_route_unhealthy",
+    ("health", "access timeout recovery"): "health_access_timeout",
+    ("health", "incorrect configuration"): "health_incorrect_configuration",
+    ("health", "partition assigned"): "health_partition_assigned",
+    ("health", "summary"): "health_summary",
+}
+_ANYWHERE_KEYS = {
+    "product name": "name",
+    "gpu uuid": "uuid",
+    "bus id": "pci_bus_id",
+    "minor number": "minor_number",
+}
+
+
+@dataclass(frozen=True)
+class SmiGpu:
+    bus_id: str  # from the "GPU 00000000:18:00.0" header
+    ordinal: int  # position among the GPU blocks of the text
+    values: dict[str, str]  # keys: values of _SECTION_KEYS and _ANYWHERE_KEYS, raw text as printed
+
+    def get(self, key: str) -> str | None:
+        value = self.values.get(key)
+        return None if value is None or value in ("N/A", "") else value
+
+
+@dataclass(frozen=True)
+class SmiQuery:
+    driver_version: str | None
+    cuda_version: str | None
+    attached_gpus: int | None
+    gpus: tuple[SmiGpu, ...]
+    notes: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        """Every attached GPU has its block here, so block order is NVML index order."""
+        return self.attached_gpus is not None and self.attached_gpus == len(self.gpus)
+
+
+@dataclass
+class _Builder:
+    driver: str | None = None
+    cuda: str | None = None
+    attached: int | None = None
+    gpus: list[SmiGpu] = field(default_factory=list)
+    notes: list[tuple[int, str]] = field(default_factory=list)
+    orphan_lines: list[int] = field(default_factory=list)
+
+
+def parse(text: str) -> SmiQuery:
+    out = _Builder()
+    current: dict[str, str] | None = None
+    section: str | None = None
+    for line_no, raw in enumerate(split_lines(text), start=1):
+        line = raw.strip()
+        if not line or line.startswith("="):
+            continue
+        if line == "--":  # grep -C window boundary: what follows is out of context
+            section = None
+            continue
+        if header := _GPU_HEADER.fullmatch(line):
+            current = {}
+            out.gpus.append(SmiGpu(header.group(1), len(out.gpus), current))
+            section = None
+            continue
+        match = _KEY_VALUE.fullmatch(line)
+        if match is None:
+            section = _SECTIONS.get(line.lower())  # a section title; sections not listed reset the context
+            continue
+        key, value = match.group(1).strip().lower(), match.group(2).strip()
+        if _read_top_level(key, value, raw, line_no, out):
+            continue
+        name = _SECTION_KEYS.get((section or "", key)) or _ANYWHERE_KEYS.get(key)
+        if name is None:
+            continue
+        if current is None:
+            out.orphan_lines.append(line_no)
+            continue
+        current.setdefault(name, value)
+    if not out.gpus:
+        raise ParseError("expected nvidia-smi -q output with 'GPU 00000000:xx:00.0' blocks; none found", 0)
+    if out.orphan_lines:
+        out.notes.append(
+            (out.orphan_lines[0], f"{len(out.orphan_lines)} line(s) before any 'GPU <bus id>' header; not read")
+        )
+    return SmiQuery(out.driver, out.cuda, out.attached, tuple(out.gpus), tuple(out.notes))
+
+
+def _read_top_level(key: str, value: str, raw: str, line_no: int, out: _Builder) -> bool:
+    if key == "driver version":
+        out.driver = value
+    elif key == "cuda version":
+        out.cuda = value
+    elif key == "attached gpus":
+        if not value.isdigit():
+            raise bad_line("'Attached GPUs : N'", raw, line_no)
+        out.attached = int(value)
+    else:
+        return False
+    return True

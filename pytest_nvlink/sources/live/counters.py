@@ -1,0 +1,242 @@
+"""NVLink and PCIe traffic counters, read before and after a copy to see which wire carried it.
+
+A P2P copy that silently falls back to PCIe still succeeds, only slower; the counter deltas say
+so directly: NVLink bytes near the copy size means NVLink, a large PCIe delta means a fallback.
+Reading never raises: a counter that cannot be read is None and ``note`` says why.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from pytest_nvlink.model import normalize_pci_bus_id
+from pytest_nvlink.sources.live.fields import (
+    FI_NVLINK_LINK_COUNT,
+    FI_NVLINK_THROUGHPUT_DATA_RX,
+    FI_NVLINK_THROUGHPUT_DATA_TX,
+    FI_PCIE_COUNT_RX_BYTES,
+    FI_PCIE_COUNT_TX_BYTES,
+    NVLINK_ERROR_COUNTERS,
+    NVML_ERROR_NO_PERMISSION,
+    SCOPE_ALL_LINKS,
+    FieldReading,
+    import_pynvml,
+    nvml_error_name,
+    nvml_reason,
+    read_fields,
+)
+
+NO_PERMISSION_NOTE = "NVML counters need admin (RmProfilingAdminOnly)"
+
+# (Traffic attribute, field request, bytes per counter unit). NVLink throughput counts KiB.
+_COUNTERS: tuple[tuple[str, tuple[int, int], int], ...] = (
+    ("nvlink_tx_bytes", (FI_NVLINK_THROUGHPUT_DATA_TX, SCOPE_ALL_LINKS), 1024),
+    ("nvlink_rx_bytes", (FI_NVLINK_THROUGHPUT_DATA_RX, SCOPE_ALL_LINKS), 1024),
+    ("pcie_tx_bytes", (FI_PCIE_COUNT_TX_BYTES, 0), 1),
+    ("pcie_rx_bytes", (FI_PCIE_COUNT_RX_BYTES, 0), 1),
+)
+_NAMES = tuple(name for name, _, _ in _COUNTERS)
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Cumulative byte counters of one GPU (or a delta of two readings)."""
+
+    nvlink_tx_bytes: int | None = None
+    nvlink_rx_bytes: int | None = None
+    pcie_tx_bytes: int | None = None
+    pcie_rx_bytes: int | None = None
+    note: str | None = None
+
+    def value(self, name: str) -> int | None:
+        result: int | None = getattr(self, name)
+        return result
+
+
+def read_traffic(nvml: types.ModuleType, handle: Any) -> Traffic:
+    """Read the four counters of one GPU in a single NVML call."""
+    try:
+        readings = read_fields(nvml, handle, [request for _, request, _ in _COUNTERS])
+    except nvml.NVMLError_NoPermission:
+        return Traffic(note=NO_PERMISSION_NOTE)
+    except nvml.NVMLError as exc:
+        return Traffic(note=f"NVML counters unreadable: {exc}")
+    values: dict[str, int | None] = {}
+    notes: list[str] = []
+    for (name, request, unit), answer in zip(_COUNTERS, readings, strict=True):
+        reading = answer
+        if not answer.ok and request[1] == SCOPE_ALL_LINKS and answer.nvml_return != NVML_ERROR_NO_PERMISSION:
+            reading = _per_link_sum(nvml, handle, request[0]) or answer
+        if reading.ok and isinstance(reading.value, int):
+            values[name] = reading.value * unit
+        else:
+            values[name] = None
+            notes.append(_why(nvml, name, reading))
+    return Traffic(**values, note=_join(notes))
+
+
+def _per_link_sum(nvml: types.ModuleType, handle: Any, field_id: int) -> FieldReading | None:
+    """Links 0..N-1 summed, for drivers that refuse the all-links scope (scopeId = UINT_MAX).
+
+    N is NVML's own link count (FI_NVLINK_LINK_COUNT); None when that or any link cannot be read.
+    """
+    try:
+        count = read_fields(nvml, handle, [(FI_NVLINK_LINK_COUNT, 0)])[0]
+        if not count.ok or not isinstance(count.value, int) or count.value <= 0:
+            return None
+        links = read_fields(nvml, handle, [(field_id, link) for link in range(count.value)])
+    except nvml.NVMLError:
+        return None
+    if not all(link.ok and isinstance(link.value, int) for link in links):
+        return None
+    return FieldReading(field_id, SCOPE_ALL_LINKS, 0, sum(int(link.value or 0) for link in links))
+
+
+def _why(nvml: types.ModuleType, name: str, reading: FieldReading) -> str:
+    if reading.nvml_return == NVML_ERROR_NO_PERMISSION:
+        return NO_PERMISSION_NOTE
+    return f"{name}: NVML field {reading.field_id} {nvml_error_name(nvml, reading.nvml_return)}"
+
+
+def _join(notes: Iterable[str | None]) -> str | None:
+    unique = list(dict.fromkeys(note for note in notes if note))
+    return "; ".join(unique) or None
+
+
+def traffic_delta(before: Traffic, after: Traffic) -> Traffic:
+    """``after - before`` per counter; None where either side is unknown or the counter went back."""
+    values: dict[str, int | None] = {}
+    notes = [before.note, after.note]
+    for name in _NAMES:
+        start, end = before.value(name), after.value(name)
+        if start is None or end is None:
+            values[name] = None
+        elif end < start:
+            values[name] = None  # the PCIe counters may wrap; a reset looks the same
+            notes.append(f"{name}: counter went backwards (wrapped or reset)")
+        else:
+            values[name] = end - start
+    return Traffic(**values, note=_join(notes))
+
+
+def traffic_sum(parts: Iterable[Traffic]) -> Traffic:
+    """Counter-wise sum, e.g. both GPUs' deltas of one copy; None if any part lacks the counter."""
+    parts = list(parts)
+    values: dict[str, int | None] = {}
+    for name in _NAMES:
+        numbers = [part.value(name) for part in parts]
+        values[name] = None if not numbers or None in numbers else sum(n for n in numbers if n is not None)
+    return Traffic(**values, note=_join(part.note for part in parts))
+
+
+def handle_for(nvml: types.ModuleType, gpu: str) -> Any:
+    """An NVML handle for a GPU named by PCI bus id or UUID (with or without ``GPU-``).
+
+    torch reports UUIDs without the ``GPU-`` prefix that NVML requires. Raises NVMLError.
+    """
+    try:
+        bus_id = normalize_pci_bus_id(gpu)
+    except ValueError:
+        bus_id = None
+    if bus_id is not None:
+        return nvml.nvmlDeviceGetHandleByPciBusId(bus_id)
+    name = gpu.strip()
+    if not name.upper().startswith(("GPU-", "MIG-")):
+        name = f"GPU-{name}"
+    return nvml.nvmlDeviceGetHandleByUUID(name)
+
+
+class TrafficCounters:
+    """Counters of several GPUs, with NVML initialized while the ``with`` block runs.
+
+    ::
+
+        with TrafficCounters([uuid_a, uuid_b]) as counters:
+            before = counters.read()
+            ...copy...
+            after = counters.read()
+        delta = traffic_delta(before[uuid_a], after[uuid_a])
+    """
+
+    def __init__(self, gpus: Iterable[str], nvml: types.ModuleType | None = None) -> None:
+        self.gpus = list(gpus)
+        self._nvml = nvml
+        self._initialized = False
+        self._handles: dict[str, Any] = {}
+        self._notes: dict[str, str] = {}
+
+    def __enter__(self) -> TrafficCounters:
+        note = self._start()
+        if note is not None:
+            self._notes = dict.fromkeys(self.gpus, note)
+            return self
+        nvml = self._nvml
+        assert nvml is not None
+        for gpu in self.gpus:
+            try:
+                self._handles[gpu] = handle_for(nvml, gpu)
+            except nvml.NVMLError as exc:
+                self._notes[gpu] = f"NVML cannot open GPU {gpu}: {exc}"
+        return self
+
+    def _start(self) -> str | None:
+        if self._nvml is None:
+            try:
+                self._nvml = import_pynvml()
+            except ImportError as exc:
+                return f"nvidia-ml-py is not installed ({exc})"
+        try:
+            self._nvml.nvmlInit()
+        except self._nvml.NVMLError as exc:
+            return f"NVML unavailable: {exc}"
+        self._initialized = True
+        return None
+
+    def read(self) -> dict[str, Traffic]:
+        """Current counters of every GPU, keyed as the GPUs were named."""
+        result = {}
+        for gpu in self.gpus:
+            handle = self._handles.get(gpu)
+            if handle is None or self._nvml is None:
+                result[gpu] = Traffic(note=self._notes.get(gpu, "counters not open (use TrafficCounters in a with)"))
+            else:
+                result[gpu] = read_traffic(self._nvml, handle)
+        return result
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._initialized and self._nvml is not None:
+            self._initialized = False
+            self._handles.clear()
+            try:
+                self._nvml.nvmlShutdown()
+            except self._nvml.NVMLError:
+                return  # nothing left to release
+
+
+def read_link_errors(
+    nvml: types.ModuleType, handle: Any, links: Iterable[int]
+) -> tuple[dict[int, dict[str, int]], dict[str, str]]:
+    """Every NVLink error counter of the given links: ``({link: {counter: value}}, {"nvlink7.replay": why})``.
+
+    A counter that cannot be read is left out and its reason returned; reading never raises.
+    """
+    values: dict[int, dict[str, int]] = {}
+    reasons: dict[str, str] = {}
+    for link in links:
+        counters: dict[str, int] = {}
+        for name, counter in NVLINK_ERROR_COUNTERS.items():
+            try:
+                counters[name] = int(nvml.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter))
+            except nvml.NVMLError as exc:
+                reasons[f"nvlink{link}.{name}"] = nvml_reason(exc)
+        values[link] = counters
+    return values, reasons
