@@ -72,15 +72,16 @@ def measure(tree: Path, path: Path, runs: int, plain: bool) -> dict[str, Any]:
     from pytest_nvlink.model import Node
     from pytest_nvlink.model import document as snapshot
     from pytest_nvlink.model import records as json_records
+    from pytest_nvlink.sources.snapshot import file as snapshot_file
 
-    text = read_text_file(path, snapshot.SNAPSHOT_MAX_BYTES)
-    fast = getattr(snapshot, "_fast_decoder", lambda: None)()  # a tree without it decodes with json
+    text = read_text_file(path, snapshot_file.SNAPSHOT_MAX_BYTES)
+    fast = getattr(snapshot_file, "_fast_decoder", lambda: None)()  # a tree without it decodes with json
     decode: Callable[[str], Any] = fast or json.loads
     document = decode(text)
     node = json_records.from_json(Node, document["node"], "node")
     return {
         "decoder": f"{decode.__module__}.{decode.__name__}",
-        "total": _times_ms(lambda: snapshot.load_snapshot(path), runs),
+        "total": _times_ms(lambda: snapshot_file.load_snapshot(path), runs),
         "json": _times_ms(_paused(lambda: decode(text)), runs),
         "build": _times_ms(_paused(lambda: snapshot.node_from_document(document, str(path))), runs),
         "convert": _times_ms(_paused(lambda: json_records.from_json(Node, document["node"], "node")), runs),

@@ -31,7 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pytest_nvlink.model.document import load_snapshot, save_snapshot  # noqa: E402
+from pytest_nvlink.model.document import save_snapshot  # noqa: E402
+from pytest_nvlink.sources.snapshot.file import load_snapshot  # noqa: E402
 
 TARGET_S = 10.0
 QUIET = ["-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
@@ -39,7 +40,7 @@ FAKE_NVML_PLUGIN = """
 import sys
 from pathlib import Path
 from fake_pynvml import make_fake_pynvml
-from pytest_nvlink.model.document import load_snapshot
+from pytest_nvlink.sources.snapshot.file import load_snapshot  # noqa: E402
 sys.modules["pynvml"] = make_fake_pynvml(load_snapshot(Path({path!r})))
 """
 

@@ -18,9 +18,9 @@ from pytest_nvlink.checks import (
 )
 from pytest_nvlink.config.settings import load_suite, load_thresholds
 from pytest_nvlink.judges.context import Context
-from pytest_nvlink.measure.provider import RecordedMeasurements
 from pytest_nvlink.model import Node, gpu_id, pair_id
-from pytest_nvlink.plugin import CheckKit
+from pytest_nvlink.model.figures import RecordedMeasurements
+from pytest_nvlink.plugin.kit import CheckKit
 from pytest_nvlink.plugin.pairs import pair_sets
 from pytest_nvlink.verdict import Outcome, Verdict
 

@@ -28,7 +28,8 @@ def snapshot_with_lists(path: Path) -> dict[str, Any]:
     import dataclasses
     import json
 
-    from pytest_nvlink.model.document import load_snapshot, node_to_dict
+    from pytest_nvlink.model.document import node_to_dict
+    from pytest_nvlink.sources.snapshot.file import load_snapshot
 
     document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     node = dataclasses.replace(load_snapshot(path), source=document["node"]["source"])
@@ -50,7 +51,7 @@ FAKE_NVML_PLUGIN = """
 import sys
 from pathlib import Path
 from fake_pynvml import make_fake_pynvml
-from pytest_nvlink.model.document import load_snapshot
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 module = make_fake_pynvml(load_snapshot(Path({path!r})){options})
 {setup}
 sys.modules["pynvml"] = module
@@ -94,7 +95,7 @@ def install_fake_nvml(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
     """Put a snapshot-driven fake ``pynvml`` into ``sys.modules`` for the live probe to import."""
     from fake_pynvml import make_fake_pynvml
 
-    from pytest_nvlink.model.document import load_snapshot
+    from pytest_nvlink.sources.snapshot.file import load_snapshot
 
     def install(snapshot: str | None, **options: Any) -> Any:
         node = load_snapshot(SNAPSHOTS / f"{snapshot}.json") if snapshot else None

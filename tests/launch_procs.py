@@ -13,7 +13,8 @@ from pathlib import Path
 
 from pytest_nvlink.measure.ranks import PORT_BASE, PORT_SPAN
 from pytest_nvlink.model import Node
-from pytest_nvlink.model.document import load_snapshot, save_snapshot
+from pytest_nvlink.model.document import save_snapshot
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 REPO = Path(__file__).resolve().parents[1]
 HEALTHY = REPO / "snapshots" / "h100-8gpu-healthy.json"

@@ -30,7 +30,8 @@ from pytest_nvlink.model import (  # noqa: E402
     PairPath,
     TransportChannel,
 )
-from pytest_nvlink.model.document import load_snapshot, save_snapshot  # noqa: E402
+from pytest_nvlink.model.document import save_snapshot  # noqa: E402
+from pytest_nvlink.sources.snapshot.file import load_snapshot  # noqa: E402
 
 TEMPLATE = REPO / "snapshots" / "h100-8gpu-healthy.json"
 SUITE_TEMPLATE = REPO / "suites" / "h100-8gpu.toml"

@@ -12,9 +12,11 @@ from pytest_nvlink.config.settings import ConfigError
 from pytest_nvlink.judges.baseline import _differing_conditions, p2p_pair
 from pytest_nvlink.judges.baseline_match import Baseline, environment_changes, match_gpus
 from pytest_nvlink.model import Environment, Gpu, Node
-from pytest_nvlink.model.document import SCHEMA_VERSION, load_snapshot_document, migrate_document
-from pytest_nvlink.plugin.run import Run, RunOptions, build_run
+from pytest_nvlink.model.document import SCHEMA_VERSION, migrate_document
+from pytest_nvlink.plugin.run import build_run
 from pytest_nvlink.record.environment import stamp_environment
+from pytest_nvlink.record.run import Run, RunOptions
+from pytest_nvlink.sources.snapshot.file import load_snapshot_document
 from pytest_nvlink.verdict import Outcome
 
 HEALTHY = SNAPSHOTS / "h100-8gpu-healthy.json"
@@ -79,7 +81,7 @@ def test_environment_changes_list_versions_vbios_and_thresholds(tmp_path: Path) 
     run.baseline.node.environment = Environment(versions={"nccl": "2.21.5", "kernel": "5.15"}, suite="h100-8gpu")
     run.node.environment = Environment(versions={"nccl": "2.23.4"})
     run.node.gpus[5].vbios = "96.00.99.00.01"
-    changes = environment_changes(run, run.baseline)
+    changes = environment_changes(run.node, run.baseline)
     assert "nccl 2.21.5 → 2.23.4" in changes
     assert any(change.startswith("GPU 5 VBIOS 96.00.") and change.endswith("→ 96.00.99.00.01") for change in changes)
     assert not any(change.startswith("kernel") for change in changes)  # unknown on one side: not a change
@@ -96,7 +98,9 @@ def test_a_saved_run_records_its_outcome_and_environment() -> None:
 
 def test_a_missing_figure_now_fails_closed() -> None:
     run = _run()
-    verdict = p2p_pair(run, 0, 1, {"unidirectional": None, "bidirectional": None, "latency": None})
+    verdict = p2p_pair(
+        run.context, run.baseline, 0, 1, {"unidirectional": None, "bidirectional": None, "latency": None}
+    )
     assert verdict.outcome is Outcome.FAIL
     assert verdict.message.startswith("GPU 0 -> GPU 1: unidirectional: not measured in this run (baseline 373.0 GB/s)")
 
@@ -112,8 +116,8 @@ def test_a_tolerance_is_a_finite_percentage() -> None:
 
 
 def test_a_live_run_records_the_suites_conditions_as_the_demo_snapshots_do() -> None:
-    from pytest_nvlink.model.document import load_snapshot
     from pytest_nvlink.record.environment import stamp_conditions
+    from pytest_nvlink.sources.snapshot.file import load_snapshot
 
     recorded = load_snapshot(HEALTHY)
     live = load_snapshot(HEALTHY)

@@ -13,11 +13,13 @@ import jsonschema
 import pytest
 from test_baseline import HEALTHY, Document, _copy, _p2p, _run, _slower_link_down_new_driver, _swap_gpu3
 
-from pytest_nvlink.model.document import load_snapshot
-from pytest_nvlink.plugin.run import RunOptions, build_run
-from pytest_nvlink.record.results import Results, item_result
+from pytest_nvlink.plugin.run import build_run
+from pytest_nvlink.record.items import item_result
+from pytest_nvlink.record.results import Results
+from pytest_nvlink.record.run import RunOptions
 from pytest_nvlink.report.html import render_html
 from pytest_nvlink.report.json_results import load_schema, results_document
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 P2P_2_6 = "nvlink/test_baseline.py::test_baseline_p2p[gpu2-gpu6]"
 FACTS_3 = "nvlink/test_baseline.py::test_baseline_facts[gpu3]"

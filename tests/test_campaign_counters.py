@@ -16,7 +16,8 @@ from pytest_nvlink.judges import platform
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.measure.campaign import CampaignWatch
 from pytest_nvlink.model import Measurements, Node
-from pytest_nvlink.model.document import load_snapshot, save_snapshot
+from pytest_nvlink.model.document import save_snapshot
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 from pytest_nvlink.verdict import Outcome
 
 

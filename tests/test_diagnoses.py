@@ -13,7 +13,7 @@ from pytest_nvlink.config.settings import load_suite, load_thresholds
 from pytest_nvlink.judges import nvlink, topology
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import NvLinkInfo, PairPath
-from pytest_nvlink.model.document import load_snapshot
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 from pytest_nvlink.verdict import Outcome
 
 if sys.version_info >= (3, 11):

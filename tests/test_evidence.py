@@ -353,8 +353,8 @@ def test_merge_keeps_both_sides_and_names_the_conflicting_field() -> None:
 
 def test_worst_of_several_figures_is_judged() -> None:
     from pytest_nvlink.judges.collectives import pick_collective
-    from pytest_nvlink.measure.provider import worst_figure
     from pytest_nvlink.model import CollectiveMeasurement, P2PMeasurement
+    from pytest_nvlink.model.figures import worst_figure
 
     fast = P2PMeasurement(0, 1, "unidirectional", 380.0, "GB/s", source="a.txt")
     slow = P2PMeasurement(0, 1, "unidirectional", 120.0, "GB/s", source="b.txt")

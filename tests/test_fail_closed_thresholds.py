@@ -16,7 +16,8 @@ from pytest_nvlink.config.settings import Waiver, load_suite, load_thresholds
 from pytest_nvlink.judges import bandwidth, collectives, nvlink, platform
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import CollectiveMeasurement, P2PMeasurement
-from pytest_nvlink.model.document import load_snapshot, save_snapshot
+from pytest_nvlink.model.document import save_snapshot
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 from pytest_nvlink.verdict import Outcome, Verdict
 
 GB = 10**9

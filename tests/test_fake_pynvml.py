@@ -12,7 +12,7 @@ import pytest
 from fake_pynvml import CONSTANTS, ERROR_CLASSES, make_fake_pynvml
 
 from pytest_nvlink.model import Node
-from pytest_nvlink.model.document import load_snapshot
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 SNAPSHOTS = Path(__file__).resolve().parents[1] / "snapshots"
 

@@ -20,7 +20,8 @@ import pytest
 from conftest import DATA
 
 from pytest_nvlink import model
-from pytest_nvlink.model.document import READABLE_SCHEMAS, SCHEMA_VERSION, load_snapshot
+from pytest_nvlink.model.document import READABLE_SCHEMAS, SCHEMA_VERSION
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 FROZEN = DATA / "frozen" / "h100-8gpu-degraded-schema1.json"
 FROZEN_SHA256 = "7841b0d542ef2acd4ca68d7a000078c9c2219d91721d1f4d48d4c2c72ce42511"

@@ -28,11 +28,12 @@ from pytest_nvlink.config.settings import PairExpectation
 from pytest_nvlink.judges import bandwidth, topology
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.judges.groups import AllPass, Pair, PairSet, pair_records
-from pytest_nvlink.measure.provider import RecordedMeasurements
 from pytest_nvlink.model import Node
-from pytest_nvlink.plugin import CheckKit
+from pytest_nvlink.model.figures import RecordedMeasurements
+from pytest_nvlink.plugin.kit import CheckKit
 from pytest_nvlink.plugin.pairs import pair_sets
-from pytest_nvlink.plugin.run import Run, RunOptions, build_run
+from pytest_nvlink.plugin.run import build_run
+from pytest_nvlink.record.run import Run, RunOptions
 from pytest_nvlink.verdict import Outcome, Verdict
 
 COUNT = 12

@@ -11,7 +11,7 @@ from pytest_nvlink.config.settings import load_suite, load_thresholds
 from pytest_nvlink.judges import bandwidth, collectives, inventory, nvlink, platform, topology
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, P2PMeasurement, TransportChannel
-from pytest_nvlink.model.document import load_snapshot
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 from pytest_nvlink.verdict import Outcome
 
 GB = 10**9

@@ -15,7 +15,7 @@ from pytest_nvlink.config.settings import ConfigError, load_suite, load_threshol
 from pytest_nvlink.judges import bandwidth, collectives, inventory, nvlink, rack, topology
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import Gpu, Node, TransportChannel
-from pytest_nvlink.model.document import load_snapshot
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 from pytest_nvlink.verdict import Outcome, Verdict
 
 RACK_DATA = Path(__file__).resolve().parent / "data" / "rack"

@@ -19,8 +19,9 @@ from synthetic_node import synthetic_node, write_synthetic
 from pytest_nvlink.judges import bandwidth, topology
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.judges.groups import PairSet, _figure, combine, pair_records
-from pytest_nvlink.measure.provider import RecordedMeasurements
-from pytest_nvlink.plugin.run import Run, RunOptions, build_run
+from pytest_nvlink.model.figures import RecordedMeasurements
+from pytest_nvlink.plugin.run import build_run
+from pytest_nvlink.record.run import Run, RunOptions
 from pytest_nvlink.verdict import Outcome, PassedLater, Verdict, passed
 
 PROPS = [("measured", "373"), ("expected", ">= 335.0"), ("unit", "GB/s")]
@@ -217,8 +218,8 @@ def test_the_comparison_figure_has_the_named_figures_numbers(named_first: bool) 
 
 
 def test_the_worst_of_several_figures_is_a_copy_of_its_own_class() -> None:
-    from pytest_nvlink.measure.provider import worst_figure
     from pytest_nvlink.model import P2PMeasurement
+    from pytest_nvlink.model.figures import worst_figure
 
     @dataclasses.dataclass(slots=True)
     class Annotated(P2PMeasurement):
@@ -239,9 +240,9 @@ class _RunWatcher:
         self.runs: list[weakref.ref[object]] = []
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from pytest_nvlink import plugin  # the module of this run, however pytester imported it
+        from pytest_nvlink.plugin import kit  # the module of this run, however pytester imported it
 
-        run = plugin.run_of(session.config)
+        run = kit.run_of(session.config)
         assert run is not None
         self.runs.append(weakref.ref(run))
 

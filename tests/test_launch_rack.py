@@ -8,7 +8,7 @@ from pathlib import Path
 from launch_procs import free_port, launch, torchrun_envs, write_suite, write_trays
 
 from pytest_nvlink.measure.sendrecv import pair_schedule
-from pytest_nvlink.model.document import load_snapshot
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 HOSTS = ["tray-a", "tray-a", "tray-b", "tray-b", "tray-c", "tray-c"]
 

@@ -18,8 +18,8 @@ from pytest_nvlink.measure.cuda_join import cuda_devices_in_child
 from pytest_nvlink.measure.p2p import SimulatedCopyEngine, SimulatedCounters
 from pytest_nvlink.measure.provider import LiveMeasurements
 from pytest_nvlink.model import Measurements, Node
-from pytest_nvlink.model.document import load_snapshot
 from pytest_nvlink.sources.live import probe as nvml_probe
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 KINDS = ("unidirectional", "bidirectional", "latency")
 

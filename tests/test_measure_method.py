@@ -21,8 +21,8 @@ from pytest_nvlink.measure.collectives import rank_time_s
 from pytest_nvlink.measure.cuda_engine import BlockerTooShort, CudaCopyEngine, Timed
 from pytest_nvlink.measure.p2p import P2PPlan, SimulatedCopyEngine, SimulatedCounters
 from pytest_nvlink.model import P2PMeasurement
-from pytest_nvlink.model.document import load_snapshot
 from pytest_nvlink.sources.live.counters import read_traffic
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 MIB = 1 << 20
 

@@ -9,8 +9,8 @@ from pytest_nvlink.config.settings import load_suite, load_thresholds
 from pytest_nvlink.judges import collectives
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import NcclAudit, TransportChannel
-from pytest_nvlink.model.document import load_snapshot
 from pytest_nvlink.sources.evidence.parsers import nccl_log
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 from pytest_nvlink.verdict import Outcome
 
 WARN_230 = (

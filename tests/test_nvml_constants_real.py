@@ -15,11 +15,11 @@ import pytest
 from conftest import sample
 from fake_pynvml import make_fake_pynvml
 
-from pytest_nvlink.model.document import load_snapshot
 from pytest_nvlink.sources.evidence.parsers import nvlink as nvlink_parser
 from pytest_nvlink.sources.live import fields as nvml_fields
 from pytest_nvlink.sources.live.counters import read_traffic
 from pytest_nvlink.sources.live.probe import probe_node
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 SNAPSHOTS = Path(__file__).resolve().parents[1] / "snapshots"
 AWS_P5_STATUS = "nvlink/h100-sxm-8gpu-aws-p5-nvlink-status.txt"

@@ -13,7 +13,6 @@ import pytest
 from fake_pynvml import fake_sysfs_pci, make_fake_pynvml
 
 from pytest_nvlink.model import FabricInfo, Gpu, Node, NvLinkInfo, P2PStatus, PairPath
-from pytest_nvlink.model.document import load_snapshot
 from pytest_nvlink.sources.live.counters import (
     NO_PERMISSION_NOTE,
     Traffic,
@@ -33,6 +32,7 @@ from pytest_nvlink.sources.live.probe import (
     read_hypervisor_flag,
     torch_cuda_devices,
 )
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 SNAPSHOTS = Path(__file__).resolve().parents[1] / "snapshots"
 SNAPSHOT_FILES = ["h100-8gpu-healthy.json", "h100-8gpu-degraded.json", "h100-8gpu-vm-pcie.json"]

@@ -12,7 +12,8 @@ from pytest_nvlink.config.settings import ConfigError, load_suite, load_threshol
 from pytest_nvlink.judges import bandwidth
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import P2PMeasurement
-from pytest_nvlink.model.document import load_snapshot, save_snapshot
+from pytest_nvlink.model.document import save_snapshot
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 from pytest_nvlink.verdict import Outcome
 
 GB = 10**9

@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 
 from pytest_nvlink.core.placeholders import utc_date
-from pytest_nvlink.model.document import load_snapshot
 from pytest_nvlink.report.json_results import load_schema
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 # The five paths of a Slurm sweep, every one of them per node (and per day).
 OUTPUTS = {

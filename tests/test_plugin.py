@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink.model.document import load_snapshot
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 TOPOLOGY_ONLY = "not bandwidth and not collectives"
 

@@ -18,7 +18,8 @@ import pytest
 from conftest import SNAPSHOTS
 
 from pytest_nvlink.model import Measurements
-from pytest_nvlink.model.document import load_snapshot, save_snapshot
+from pytest_nvlink.model.document import save_snapshot
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 HEALTHY = "--nvlink-replay=h100-8gpu-healthy"
 ONE_GPU_SUITE = """

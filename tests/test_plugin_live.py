@@ -6,7 +6,7 @@ import pytest
 from conftest import SNAPSHOTS, serve_live_node, tiny_collective_thresholds
 
 from pytest_nvlink.model import Measurements
-from pytest_nvlink.model.document import load_snapshot
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 SUITE = """
 [suite]

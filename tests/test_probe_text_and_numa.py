@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from fake_pynvml import fake_sysfs_pci, make_fake_pynvml
 
-from pytest_nvlink.model.document import load_snapshot
 from pytest_nvlink.sources.live.probe import probe_node
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 SNAPSHOTS = Path(__file__).resolve().parents[1] / "snapshots"
 

@@ -18,8 +18,8 @@ from conftest import DATA
 from pytest_nvlink.model import FabricInfo, Gpu, MnnvlClique, NcclAudit, Node, NvLinkInfo, TransportChannel
 from pytest_nvlink.model.document import snapshot_document
 from pytest_nvlink.model.trays import TrayProbe, merge_trays, read_trays
-from pytest_nvlink.plugin.run import Run
 from pytest_nvlink.record.results import nccl_transport_line, transport_counts
+from pytest_nvlink.record.run import Run
 from pytest_nvlink.report.json_results import load_schema
 from pytest_nvlink.sources.evidence.load import EvidenceConflict, EvidenceError, load_evidence
 from pytest_nvlink.sources.evidence.parsers import detect, nccl_log, nccl_tests, nvbandwidth

@@ -18,7 +18,8 @@ from pytest_nvlink.judges.context import Context
 from pytest_nvlink.measure import live
 from pytest_nvlink.measure.collectives import CollectiveRun
 from pytest_nvlink.model import CollectiveMeasurement, Gpu, Measurements, Node
-from pytest_nvlink.model.document import load_snapshot, save_snapshot
+from pytest_nvlink.model.document import save_snapshot
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 from pytest_nvlink.verdict import Outcome
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink.model.document import load_snapshot, save_snapshot
+from pytest_nvlink.model.document import save_snapshot
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 
 def _properties(case: ET.Element) -> dict[str, str]:

@@ -8,7 +8,7 @@ from itertools import combinations
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink.model.document import load_snapshot
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 P2P_FIGURES = ("test_p2p_unidirectional", "test_p2p_bidirectional", "test_p2p_latency", "test_p2p_path_proof")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")

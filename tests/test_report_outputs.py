@@ -14,12 +14,14 @@ import pytest
 from conftest import EVIDENCE, SNAPSHOTS
 from report_outputs import DEMOS, Outputs, write_outputs
 
-from pytest_nvlink.model.document import load_snapshot
-from pytest_nvlink.plugin.run import RunOptions, build_run
-from pytest_nvlink.record.results import FAIL, INCOMPLETE, PASS, ItemLog, Results, item_result, run_verdict
+from pytest_nvlink.plugin.run import build_run
+from pytest_nvlink.record.items import ItemLog, item_result
+from pytest_nvlink.record.results import FAIL, INCOMPLETE, PASS, Results, run_verdict
+from pytest_nvlink.record.run import RunOptions
 from pytest_nvlink.report.html import render_html
 from pytest_nvlink.report.json_results import load_schema
 from pytest_nvlink.report.pictures import p2p_scale
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ import pytest
 from conftest import SNAPSHOTS
 
 from pytest_nvlink.model import Node
-from pytest_nvlink.plugin.run import Run, RunOptions, build_run
+from pytest_nvlink.plugin.run import build_run
+from pytest_nvlink.record.run import Run, RunOptions
 from pytest_nvlink.report import collective_table, evidence_coverage
 
 

@@ -25,8 +25,9 @@ from launch_procs import SUITE, THRESHOLDS, base_env, tray_node, write_suite
 
 from pytest_nvlink.measure.sendrecv import DEFAULT_CROSS_PEERS, pair_schedule
 from pytest_nvlink.model import FabricInfo, Measurements
-from pytest_nvlink.model.document import load_snapshot, save_snapshot
+from pytest_nvlink.model.document import save_snapshot
 from pytest_nvlink.model.records import from_json
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 SRUN = shutil.which("srun")
 SINFO = shutil.which("sinfo")

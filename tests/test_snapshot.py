@@ -11,14 +11,8 @@ from typing import Any
 import pytest
 
 from pytest_nvlink.model import Node
-from pytest_nvlink.model.document import (
-    SCHEMA_VERSION,
-    SnapshotError,
-    load_snapshot,
-    node_to_dict,
-    save_snapshot,
-    snapshot_document,
-)
+from pytest_nvlink.model.document import SCHEMA_VERSION, SnapshotError, node_to_dict, save_snapshot, snapshot_document
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOTS = ROOT / "snapshots"

@@ -24,12 +24,9 @@ from hypothesis import strategies as st
 from pytest_nvlink.model import P2PMeasurement
 from pytest_nvlink.model import document as snapshot
 from pytest_nvlink.model import records as json_records
-from pytest_nvlink.model.document import (
-    SnapshotError,
-    load_snapshot,
-    load_snapshot_document,
-    node_from_document,
-)
+from pytest_nvlink.model.document import SnapshotError, node_from_document
+from pytest_nvlink.sources.snapshot import file as snapshot_file
+from pytest_nvlink.sources.snapshot.file import load_snapshot, load_snapshot_document
 
 ROOT = Path(__file__).resolve().parents[1]
 HEALTHY = ROOT / "snapshots" / "h100-8gpu-healthy.json"
@@ -39,7 +36,7 @@ BASE = snapshot_with_lists(HEALTHY)  # records in lists, which the changes below
 @pytest.fixture(params=["orjson", "stdlib"])
 def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "stdlib":
-        monkeypatch.setattr(snapshot, "_fast_decoder", lambda: None)
+        monkeypatch.setattr(snapshot_file, "_fast_decoder", lambda: None)
     else:
         pytest.importorskip("orjson")
     return str(request.param)
@@ -182,7 +179,7 @@ def _outcome(path: Path, *, shortcuts: bool) -> str | dict[str, Any]:
             )
             patch.setattr(json_records._ClassPlan, "learn", lambda self, shape: None)
             patch.setattr(snapshot, "Reading", _AlwaysSuspect)
-            patch.setattr(snapshot, "_fast_decoder", lambda: None)
+            patch.setattr(snapshot_file, "_fast_decoder", lambda: None)
         try:
             node, top = load_snapshot_document(path)
         except SnapshotError as exc:

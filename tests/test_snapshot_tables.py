@@ -26,13 +26,13 @@ from pytest_nvlink.model import Node, P2PMeasurement
 from pytest_nvlink.model.document import (
     SCHEMA_VERSION,
     SnapshotError,
-    load_snapshot,
     node_from_document,
     node_to_dict,
     save_snapshot,
     snapshot_document,
 )
 from pytest_nvlink.model.records import table_of
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOTS = ROOT / "snapshots"

@@ -23,9 +23,10 @@ import pytest
 from conftest import SNAPSHOTS
 
 from pytest_nvlink.model import FabricInfo, GpuList, Node, TransportChannel
-from pytest_nvlink.model.document import load_snapshot, node_to_dict, save_snapshot, snapshot_document
+from pytest_nvlink.model.document import node_to_dict, save_snapshot, snapshot_document
 from pytest_nvlink.sources.evidence.load import load_evidence
 from pytest_nvlink.sources.evidence.merge import EvidenceConflict, Merger
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 SUITE = "h100-8gpu"
 # Filled by the evidence merge itself: which files said what, and that the source is evidence.

@@ -7,7 +7,8 @@ from pathlib import Path
 from synthetic_node import degrade_pair, synthetic_node, write_synthetic
 
 from pytest_nvlink.model import Node
-from pytest_nvlink.plugin.run import Run, RunOptions, build_run
+from pytest_nvlink.plugin.run import build_run
+from pytest_nvlink.record.run import Run, RunOptions
 from pytest_nvlink.report.matrices import p2p_lines, topology_lines
 
 

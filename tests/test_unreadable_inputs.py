@@ -17,7 +17,8 @@ from conftest import SNAPSHOTS, snapshot_with_lists
 
 from pytest_nvlink.config.settings import ConfigError, load_suite, load_thresholds
 from pytest_nvlink.model import Node
-from pytest_nvlink.model.document import SnapshotError, load_snapshot
+from pytest_nvlink.model.document import SnapshotError
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 SITE_TEXT = "# our handover contract — agreed 2026-11\n[p2p]\nunidirectional_min_gbps = 360.0\n"
 HUGE_INT = "1" * 5000

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from conftest import EVIDENCE, SNAPSHOTS, snapshot_with_lists
 
-from pytest_nvlink.model.document import SnapshotError, load_snapshot
+from pytest_nvlink.model.document import SnapshotError
 from pytest_nvlink.sources.evidence.load import EvidenceError, load_evidence
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 
 def _document() -> dict[str, Any]:

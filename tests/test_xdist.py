@@ -13,8 +13,9 @@ import pytest
 from conftest import SNAPSHOTS
 from test_plugin_live import two_gpu_node  # noqa: F401 - the fixture is used by name
 
-from pytest_nvlink.model.document import SnapshotError, load_snapshot
+from pytest_nvlink.model.document import SnapshotError
 from pytest_nvlink.plugin.handover import node_from_text, node_text
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 # Counts, across the controller and both workers, every probe and every measurement campaign.
 COUNTING = """

@@ -11,8 +11,8 @@ import pytest
 from pytest_nvlink.judges import bandwidth
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.judges.groups import PairSet
-from pytest_nvlink.measure.provider import MeasurementProvider
-from pytest_nvlink.plugin import CheckKit
+from pytest_nvlink.model.figures import MeasurementProvider
+from pytest_nvlink.plugin.kit import CheckKit
 from pytest_nvlink.verdict import Verdict
 
 pytestmark = pytest.mark.nvlink("bandwidth")

@@ -8,10 +8,10 @@ import pytest
 
 from pytest_nvlink.judges import baseline
 from pytest_nvlink.judges.groups import PairSet
-from pytest_nvlink.measure.provider import MeasurementProvider
 from pytest_nvlink.model import P2PMeasurement
-from pytest_nvlink.plugin.run import Run
+from pytest_nvlink.model.figures import MeasurementProvider
 from pytest_nvlink.record.environment import stamp_conditions
+from pytest_nvlink.record.run import Run
 from pytest_nvlink.verdict import Verdict
 
 pytestmark = pytest.mark.nvlink("baseline")
@@ -30,7 +30,7 @@ def test_baseline_p2p(
         if context.first_unusable(src, dst) is None and suite.pair_expects_nvlink(src, dst):
             figures = {kind: nvlink_measurements.p2p(src, dst, kind) for kind in baseline.P2P_KINDS}
             stamp_conditions(nvlink_run)
-        return baseline.p2p_pair(nvlink_run, src, dst, figures)
+        return baseline.p2p_pair(nvlink_run.context, nvlink_run.baseline, src, dst, figures)
 
     nvlink_judge(nvlink_ordered_pairs.verdict(one))
 
@@ -43,8 +43,8 @@ def test_baseline_collective(
 ) -> None:
     results = nvlink_measurements.collectives()
     stamp_conditions(nvlink_run)
-    nvlink_judge(baseline.collective(nvlink_run, nvlink_collective, results))
+    nvlink_judge(baseline.collective(nvlink_run.context, nvlink_run.baseline, nvlink_collective, results))
 
 
 def test_baseline_facts(nvlink_run: Run, nvlink_gpu_index: int, nvlink_judge: Callable[[Verdict], None]) -> None:
-    nvlink_judge(baseline.gpu_facts(nvlink_run, nvlink_gpu_index))
+    nvlink_judge(baseline.gpu_facts(nvlink_run.context, nvlink_run.baseline, nvlink_gpu_index))

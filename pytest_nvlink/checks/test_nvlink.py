@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_nvlink.judges import nvlink
-from pytest_nvlink.plugin import CheckKit
+from pytest_nvlink.plugin.kit import CheckKit
 
 pytestmark = pytest.mark.nvlink("nvlink")
 

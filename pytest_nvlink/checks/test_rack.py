@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_nvlink.judges import rack
-from pytest_nvlink.plugin import CheckKit, not_parametrized
+from pytest_nvlink.plugin.kit import CheckKit, not_parametrized
 
 pytestmark = pytest.mark.nvlink("rack")
 

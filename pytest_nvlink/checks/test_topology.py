@@ -6,7 +6,7 @@ import pytest
 
 from pytest_nvlink.judges import topology
 from pytest_nvlink.judges.groups import PairSet
-from pytest_nvlink.plugin import CheckKit
+from pytest_nvlink.plugin.kit import CheckKit
 
 pytestmark = pytest.mark.nvlink("topology")
 

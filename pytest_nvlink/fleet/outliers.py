@@ -21,10 +21,18 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from pytest_nvlink.fleet.merge import NodeSummary
+
+class NodeSummary(Protocol):
+    """What outlier detection reads of a node: its host and figures (the merge's summary has both)."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def figures(self) -> list[NodeFigure]: ...
+
 
 MODIFIED_Z_FACTOR = 0.6745  # the 0.75 quantile of the standard normal: MAD/0.6745 estimates sigma
 

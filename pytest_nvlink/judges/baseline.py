@@ -10,16 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pytest_nvlink.judges.baseline_match import Baseline, changes_text
 from pytest_nvlink.judges.collectives import pick_collective
-from pytest_nvlink.measure.provider import worst_figure
+from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import CollectiveMeasurement, Gpu, Node, P2PMeasurement
+from pytest_nvlink.model.figures import worst_figure
 from pytest_nvlink.verdict import Outcome, Verdict, failed, not_applicable, passed, waived
-
-if TYPE_CHECKING:
-    from pytest_nvlink.plugin.run import Run
 
 P2P_KINDS: tuple[str, ...] = ("unidirectional", "bidirectional", "latency")
 _TOLERANCE_KEY = {
@@ -44,8 +41,7 @@ class Figure:
     lower_is_better: bool = False
 
 
-def _baseline_or_problem(run: Run) -> Baseline | Verdict:
-    baseline = run.baseline
+def _baseline_or_problem(baseline: Baseline | None) -> Baseline | Verdict:
     if baseline is None:  # the checks are not collected without --nvlink-baseline; a custom caller gets a failure
         props = [("measured", "unknown"), ("expected", "a baseline"), ("unit", ""), ("baseline_key", "file")]
         return failed("no baseline was given (--nvlink-baseline)", [*props, ("baseline_file", "none")])
@@ -68,15 +64,17 @@ def _unmatched(baseline: Baseline, *indices: int) -> str | None:
     return next((baseline.unmatched[i] for i in indices if i in baseline.unmatched), None)
 
 
-def p2p_pair(run: Run, src: int, dst: int, figures: dict[str, P2PMeasurement | None]) -> Verdict:
+def p2p_pair(
+    context: Context, given: Baseline | None, src: int, dst: int, figures: dict[str, P2PMeasurement | None]
+) -> Verdict:
     """Unidirectional, bidirectional and latency of one ordered pair against the baseline's same GPUs."""
-    found = _baseline_or_problem(run)
+    found = _baseline_or_problem(given)
     if isinstance(found, Verdict):
         return found
     baseline = found
-    if not run.suite.pair_expects_nvlink(src, dst):
+    if not context.suite.pair_expects_nvlink(src, dst):
         return not_applicable(
-            f"suite {run.suite.name} expects a PCIe path between GPU {src} and GPU {dst}; not measured"
+            f"suite {context.suite.name} expects a PCIe path between GPU {src} and GPU {dst}; not measured"
         )
     lost = _unmatched(baseline, src, dst)
     if lost is not None:
@@ -95,7 +93,7 @@ def p2p_pair(run: Run, src: int, dst: int, figures: dict[str, P2PMeasurement | N
         )
         for kind in P2P_KINDS
     ]
-    return _judge_figures(run, baseline, compared)
+    return _judge_figures(context, baseline, compared)
 
 
 def _baseline_p2p(node: Node, src: int, dst: int, kind: str) -> P2PMeasurement | None:
@@ -110,13 +108,13 @@ def _conditions(measurement: P2PMeasurement | CollectiveMeasurement | None) -> d
     return None if measurement is None else measurement.conditions
 
 
-def collective(run: Run, op: str, results: list[CollectiveMeasurement]) -> Verdict:
+def collective(context: Context, given: Baseline | None, op: str, results: list[CollectiveMeasurement]) -> Verdict:
     """Bus bandwidth of one collective at the threshold's size against the baseline's figure at that size."""
-    found = _baseline_or_problem(run)
+    found = _baseline_or_problem(given)
     if isinstance(found, Verdict):
         return found
     baseline = found
-    size_mib = int(run.thresholds.value(f"collectives.{op}.size_mib", 1024))
+    size_mib = int(context.thresholds.value(f"collectives.{op}.size_mib", 1024))
     now = pick_collective(op, size_mib, results)
     then = pick_collective(op, size_mib, baseline.node.measurements.collectives)
 
@@ -134,16 +132,16 @@ def collective(run: Run, op: str, results: list[CollectiveMeasurement]) -> Verdi
         described(now),
         described(then),
     )
-    return _judge_figures(run, baseline, [figure])
+    return _judge_figures(context, baseline, [figure])
 
 
-def _judge_figures(run: Run, baseline: Baseline, figures: list[Figure]) -> Verdict:
+def _judge_figures(context: Context, baseline: Baseline, figures: list[Figure]) -> Verdict:
     problems: list[tuple[Figure, str, str, str]] = []  # (figure, sentence, tolerance key, its file)
     notes: list[str] = []
     props: list[tuple[str, str]] = []
     judged: list[tuple[Figure, str, str]] = []
     for figure in figures:
-        threshold = run.thresholds.get(_TOLERANCE_KEY[figure.family])
+        threshold = context.thresholds.get(_TOLERANCE_KEY[figure.family])
         if threshold is None:
             continue  # waived (attach_baseline refuses a key neither set nor waived)
         judged.append((figure, threshold.key, str(threshold.file)))
@@ -155,7 +153,7 @@ def _judge_figures(run: Run, baseline: Baseline, figures: list[Figure]) -> Verdi
         elif note:
             notes.append(note)
     if not judged:
-        waiver = run.thresholds.waiver(_TOLERANCE_KEY[figures[0].family])
+        waiver = context.thresholds.waiver(_TOLERANCE_KEY[figures[0].family])
         assert waiver is not None
         return waived(waiver)
     first, key, file = (problems[0][0], problems[0][2], problems[0][3]) if problems else judged[0]
@@ -168,8 +166,8 @@ def _judge_figures(run: Run, baseline: Baseline, figures: list[Figure]) -> Verdi
         ("baseline_file", str(baseline.file)),
     ]
     if problems:
-        message = "; ".join(p[1] for p in problems) + f"; {changes_text(run, baseline)}"
-        if run.node.source == "evidence" and all(p[0].now is None for p in problems):
+        message = "; ".join(p[1] for p in problems) + f"; {changes_text(context.node, baseline)}"
+        if context.node.source == "evidence" and all(p[0].now is None for p in problems):
             # Files that do not hold the figure are "no evidence" (a failure unless --nvlink-evidence-missing=skip).
             return Verdict(Outcome.NO_EVIDENCE, f"no evidence for the comparison: {message}", props)
         return failed(message, props)
@@ -237,9 +235,9 @@ def _differing_conditions(then: dict[str, str] | None, now: dict[str, str] | Non
 Fact = tuple[str, str, object, object]  # (name, baseline_key, baseline value, this run's value)
 
 
-def gpu_facts(run: Run, index: int) -> Verdict:
+def gpu_facts(context: Context, given: Baseline | None, index: int) -> Verdict:
     """Link count and speed, paths and P2P status from this GPU, fabric and PCIe link, against the baseline."""
-    found = _baseline_or_problem(run)
+    found = _baseline_or_problem(given)
     if isinstance(found, Verdict):
         return found
     baseline = found
@@ -247,21 +245,22 @@ def gpu_facts(run: Run, index: int) -> Verdict:
     if lost is not None or index not in baseline.gpu_map:
         reason = lost or f"GPU {index} is missing from this run"
         return failed(f"{reason}; not compared", _props(baseline, f"gpus[{index}]", None, None))
-    facts = _facts(run.node, baseline, index)
+    facts = _facts(context.node, baseline, index)
     differing = [fact for fact in facts if fact[2] is not None and fact[3] != fact[2]]
     unrecorded = [name for name, _, then, now in facts if then is None and now is not None]
     if differing:
         _, key, then, now = differing[0]
         props = _props(baseline, key, now, then)
-        if run.node.source == "evidence" and all(now is None for *_, now in differing):
+        if context.node.source == "evidence" and all(now is None for *_, now in differing):
             unknown_now = ", ".join(name for name, *_ in differing)
             return Verdict(Outcome.NO_EVIDENCE, f"no evidence for GPU {index}'s {unknown_now}", props)
         changed = "; ".join(
             f"{name} {then} in the baseline, {'unknown' if now is None else now} now"
             for name, _, then, now in differing
         )
+        changes = changes_text(context.node, baseline)
         return failed(
-            f"GPU {index}: changed since the baseline ({baseline.label()}): {changed}; {changes_text(run, baseline)}",
+            f"GPU {index}: changed since the baseline ({baseline.label()}): {changed}; {changes}",
             props,
         )
     note = f"; not recorded in the baseline, not compared: {', '.join(unrecorded)}" if unrecorded else ""

@@ -37,8 +37,9 @@ from pytest_nvlink.model import (
     P2PMeasurement,
 )
 from pytest_nvlink.model import trays as rack
-from pytest_nvlink.model.document import SnapshotError, load_snapshot, save_snapshot, snapshot_document
-from pytest_nvlink.record.environment import live_versions
+from pytest_nvlink.model.document import SnapshotError, save_snapshot, snapshot_document
+from pytest_nvlink.sources.live.versions import live_versions
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 LAUNCH_KIND = "pytest-nvlink-launch"
 LAUNCH_SCHEMA = 1

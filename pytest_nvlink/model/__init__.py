@@ -276,6 +276,10 @@ class GpuList:
     source: str  # the file(s) the list comes from
 
 
+# The versions a baseline comparison lists when they changed, in the order the header names them.
+VERSION_NAMES: tuple[str, ...] = ("nccl", "torch", "cuda_runtime", "fabric_manager", "kernel")
+
+
 @dataclass
 class Environment:
     """What a run was made with, so that a later run can be compared with it (snapshot schema 2)."""

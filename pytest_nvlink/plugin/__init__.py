@@ -8,22 +8,30 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Generator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
+
+from pytest_nvlink.plugin.kit import (
+    CHECKS_DIR,
+    NEED_SUITE,
+    RUN_KEY,
+    SESSIONS,
+    CheckKit,
+    current_session,
+    not_parametrized,
+    run_of,
+)
 
 if TYPE_CHECKING:
     # Only for annotations: an inert plugin (no --nvlink-suite) must import nothing of its own at start-up.
     from pytest_nvlink.judges.context import Context
-    from pytest_nvlink.measure.provider import MeasurementProvider
     from pytest_nvlink.model import Node
-    from pytest_nvlink.plugin.run import Given, Run, RunOptions
+    from pytest_nvlink.model.figures import MeasurementProvider
+    from pytest_nvlink.record.run import Given, Run, RunOptions
     from pytest_nvlink.verdict import Verdict
 
 T = TypeVar("T")
-CHECKS_DIR = Path(__file__).resolve().parents[1] / "checks"
-RUN_KEY = pytest.StashKey["Run"]()
 # Set in a pytest-xdist worker: its node and measurements came from the controller, complete.
 HANDED_OVER_KEY = pytest.StashKey[bool]()
 JUDGED_KEY = pytest.StashKey[bool]()  # on an item: nvlink_judge was called
@@ -94,7 +102,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _given(config: pytest.Config, name: str) -> Given | None:
     """Setting ``name`` ("pair-mode") from the command line, else the ini file; None when not given."""
-    from pytest_nvlink.plugin.run import Given
+    from pytest_nvlink.record.run import Given
 
     dest = "nvlink_" + name.replace("-", "_")
     value = config.getoption(dest, default=None)
@@ -109,7 +117,7 @@ def _ini_label(config: pytest.Config, key: str) -> str:
 
 
 def _evidence(config: pytest.Config) -> list[Given]:
-    from pytest_nvlink.plugin.run import Given
+    from pytest_nvlink.record.run import Given
 
     given = config.getoption("nvlink_evidence")
     if given:
@@ -256,16 +264,11 @@ def pytest_configure_node(node: Any) -> None:
         node.workerinput[WORKERINPUT_KEY] = node_text(run.node)
 
 
-def run_of(config: pytest.Config) -> Run | None:
-    """The run of this pytest session; None without --nvlink-suite, before it is built, or once let go."""
-    return config.stash.get(RUN_KEY, None)
-
-
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
     run = run_of(config)
     if run is None:
         return None
-    from pytest_nvlink.plugin.run import not_collected_note
+    from pytest_nvlink.record.run import not_collected_note
     from pytest_nvlink.report import header_lines
 
     note = not_collected_note(run.suite)
@@ -295,25 +298,10 @@ def _is_gate(item: pytest.Item) -> bool:
 # --- fixtures ---------------------------------------------------------------------------------
 
 
-# The sessions running in this process, innermost last (pytester runs one inside another). The session
-# fixtures read their config here: pytest resolves a cached fixture's arguments again for every item, and
-# builds ``request`` (under ``pytestconfig`` too) anew each time, a cost per item that these do not pay.
-_SESSIONS: list[pytest.Session] = []
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    _SESSIONS.append(session)
-    session.config.add_cleanup(lambda: _SESSIONS.remove(session))
-
-
-def _session() -> pytest.Session:
-    if not _SESSIONS:
-        pytest.fail("pytest-nvlink fixtures are used outside a pytest session", pytrace=False)
-    return _SESSIONS[-1]
-
-
-NEED_SUITE = "pytest-nvlink fixtures need --nvlink-suite=NAME|PATH|auto"
+    SESSIONS.append(session)
+    session.config.add_cleanup(lambda: SESSIONS.remove(session))
 
 
 @pytest.fixture(scope="session")
@@ -325,21 +313,10 @@ def nvlink_run() -> Run:
 def _session_run() -> Run:
     # The fixtures below read the run here rather than through nvlink_run: pytest resolves a fixture's
     # dependencies again for every item that uses it, cached or not, and every shipped check uses three.
-    run = run_of(_session().config)
+    run = run_of(current_session().config)
     if run is None:
         pytest.fail(NEED_SUITE, pytrace=False)
     return run
-
-
-def not_parametrized(name: str) -> NoReturn:
-    """The body of a fixture a run parametrizes directly (_parametrize), reached only when it did not.
-
-    Direct parametrization replaces the fixture's function, so the function asks for no ``request``
-    (which would stay in every item's closure, built anew per item) and never reads ``request.param``.
-    """
-    if run_of(_session().config) is None:
-        pytest.fail(NEED_SUITE, pytrace=False)
-    pytest.fail(f"{name} takes its values from the suite only as an argument of a test function", pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -366,9 +343,9 @@ def _session_provider() -> MeasurementProvider:
 
 
 def _new_provider() -> MeasurementProvider:
-    from pytest_nvlink.measure.provider import RecordedMeasurements
+    from pytest_nvlink.model.figures import RecordedMeasurements
 
-    nvlink_run, session = _session_run(), _session()
+    nvlink_run, session = _session_run(), current_session()
     if nvlink_run.node.source != "live" or session.config.stash.get(HANDED_OVER_KEY, False):
         return RecordedMeasurements(nvlink_run.node)
     from pytest_nvlink.plugin.live import live_provider
@@ -378,7 +355,7 @@ def _new_provider() -> MeasurementProvider:
 
 def _made_once(key: pytest.StashKey[T], make: Callable[[], T]) -> T:
     """The session's value under ``key``, made on the first ask; _forget_run lets it go with the run."""
-    stash = _session().config.stash
+    stash = current_session().config.stash
     if key not in stash:
         stash[key] = make()
     return stash[key]
@@ -402,14 +379,6 @@ def nvlink_judge() -> Callable[[Verdict], None]:
     return _session_judge()
 
 
-class CheckKit(NamedTuple):
-    """What a shipped check reads: the judges' context, the session's measurements and the judge."""
-
-    context: Context
-    measurements: MeasurementProvider
-    judge: Callable[[Verdict], None]
-
-
 @pytest.fixture(scope="session")
 def nvlink_check() -> CheckKit:
     """``nvlink_context``, ``nvlink_measurements`` and ``nvlink_judge`` in one, for the shipped checks.
@@ -428,7 +397,7 @@ def _new_judge() -> Callable[[Verdict], None]:
     from pytest_nvlink.plugin.outputs import OUTPUTS_KEY
     from pytest_nvlink.verdict import missing_report_properties
 
-    nvlink_run, stash = _session_run(), _session().config.stash
+    nvlink_run, stash = _session_run(), current_session().config.stash
     # Per-pair records feed only the JSON and HTML files; a run that writes neither skips ~30,000 at 72 GPUs.
     keep_pairs = bool(stash.get(OUTPUTS_KEY, []))
 

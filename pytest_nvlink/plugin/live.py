@@ -9,7 +9,7 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_nvlink.measure.provider import LiveMeasurements
-    from pytest_nvlink.plugin.run import Run
+    from pytest_nvlink.record.run import Run
 
 # Check areas whose items make the live provider run a measurement campaign.
 _CAMPAIGN_OF_AREA = {"bandwidth": "p2p", "collectives": "collectives"}

@@ -19,9 +19,9 @@ from pytest_nvlink.core.placeholders import check as check_placeholders
 
 if TYPE_CHECKING:
     from pytest_nvlink.model import Node
-    from pytest_nvlink.plugin.run import Given, Run
     from pytest_nvlink.record.audit import AuditTally
-    from pytest_nvlink.record.results import ItemLog
+    from pytest_nvlink.record.items import ItemLog
+    from pytest_nvlink.record.run import Given, Run
 
 TALLY_KEY = pytest.StashKey["AuditTally"]()
 ITEM_LOG_KEY = pytest.StashKey["ItemLog"]()
@@ -78,7 +78,7 @@ class _AuditRecorder:
 
 def _start_tally(config: pytest.Config) -> None:
     from pytest_nvlink.record.audit import AuditTally
-    from pytest_nvlink.record.results import ItemLog
+    from pytest_nvlink.record.items import ItemLog
 
     tally, log = AuditTally(), ItemLog()
     config.stash[TALLY_KEY] = tally

@@ -15,7 +15,7 @@ import pytest
 
 from pytest_nvlink.judges.groups import Pair, PairSet
 from pytest_nvlink.model import pair_id
-from pytest_nvlink.plugin import not_parametrized
+from pytest_nvlink.plugin.kit import not_parametrized
 
 if TYPE_CHECKING:
     from pytest_nvlink.config.settings import Suite

@@ -15,8 +15,9 @@ import pytest
 
 from pytest_nvlink.plugin.outputs import ITEM_LOG_KEY, HoldsRunWeakly, written_lines
 from pytest_nvlink.plugin.quick_rules import QUICK_MODULES, failure_line, keeps, summary_line
-from pytest_nvlink.plugin.run import Run
-from pytest_nvlink.record.results import FAIL, PASS, item_result, run_verdict
+from pytest_nvlink.record.items import item_result
+from pytest_nvlink.record.results import FAIL, PASS, run_verdict
+from pytest_nvlink.record.run import Run
 
 
 def start_quick(config: pytest.Config, run: Run, checks_dir: Path) -> None:

@@ -6,18 +6,14 @@ The plugin hands this module plain values; every problem with them comes back as
 
 from __future__ import annotations
 
-import functools
-import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pytest_nvlink.config.required_keys import check_required_keys
 from pytest_nvlink.config.settings import (
     ConfigError,
     Suite,
-    Thresholds,
     data_dir,
     load_suite,
     load_thresholds,
@@ -26,46 +22,10 @@ from pytest_nvlink.config.settings import (
 )
 from pytest_nvlink.core.placeholders import PlaceholderError, expand, placeholder_values
 from pytest_nvlink.core.placeholders import check as check_placeholders
-from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import Node
-
-if TYPE_CHECKING:
-    from pytest_nvlink.judges.baseline_match import Baseline
+from pytest_nvlink.record.run import Given, Run, RunOptions
 
 AUTO = "auto"
-
-
-@dataclass
-class RunOptions:
-    """The run's options as given on the command line or in the ini file."""
-
-    suite: str
-    thresholds_file: Path | None = None
-    replay: Path | None = None
-    save: Path | None = None
-    evidence: list[Path] = field(default_factory=list)
-    evidence_missing: str = "fail"  # "fail" | "skip"
-    evidence_exclude: list[str] = field(default_factory=list)  # globs left out of evidence folders
-    pair_mode: str | None = None  # overrides the suite's measure.pair_mode
-    backend: str | None = None  # "nccl" | "gloo"; None picks from the hardware
-    baseline: Path | None = None  # a snapshot, or a folder of saved runs (--nvlink-save-dir layout)
-    save_dir: Path | None = None  # also save the run as <dir>/<host>/<UTC timestamp>.json
-    host: str | None = None  # the host name this run reports, instead of the node's own
-    quick: bool = False  # health-check mode: facts only, nothing measured
-    # Where each setting came from, for messages: "--nvlink-replay" or "pytest.ini:nvlink_replay".
-    labels: dict[str, str] = field(default_factory=dict)
-
-    def label(self, name: str) -> str:
-        """How the user spelled setting ``name`` ("replay", "pair-mode"): the option or the ini key."""
-        return self.labels.get(name, f"--nvlink-{name}")
-
-
-@dataclass(frozen=True)
-class Given:
-    """A setting as the user gave it, and how to name it: "--nvlink-replay" or "pytest.ini:nvlink_replay"."""
-
-    value: str
-    label: str
 
 
 _EXPECTED_VALUE = {
@@ -135,42 +95,6 @@ def read_options(
     )
 
 
-@dataclass
-class Run:
-    """One acceptance run: its options, the node read from its source, the suite and the thresholds."""
-
-    options: RunOptions
-    node: Node
-    suite: Suite
-    thresholds: Thresholds
-    auto_note: str | None = None
-    # Set when --nvlink-suite=auto found no suite for the node: the inventory gate fails with it.
-    auto_mismatch: str | None = None
-    baseline: Baseline | None = None  # set from --nvlink-baseline (attach_baseline)
-    # What {host} and {date} stand for in this run's output paths (pytest_nvlink.core.placeholders).
-    placeholders: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def host(self) -> str:
-        """The host this run reports: --nvlink-host, else the node's own, else this machine's name."""
-        return self.node.host or socket.gethostname()
-
-    @functools.cached_property
-    def context(self) -> Context:
-        """The judges' one context for this run: its answers about GPUs and pairs are worked out once."""
-        return Context(self.node, self.suite, self.thresholds, self.auto_mismatch)
-
-    def probe_failed(self) -> bool:
-        """True when the source gave no GPUs at all: only the inventory verdict is meaningful."""
-        return not self.node.gpus and bool(self.node.probe_errors)
-
-    def gate_only(self) -> str | None:
-        """Why only the inventory gate runs (nothing probed, or no suite fits the node); None otherwise."""
-        if self.probe_failed():
-            return "node could not be probed: " + "; ".join(self.node.probe_errors)
-        return self.auto_mismatch
-
-
 def build_run(options: RunOptions, live_probe: Callable[[], Node]) -> Run:
     _check_exclusive(options)
     _check_paths(options)
@@ -199,49 +123,10 @@ def build_run(options: RunOptions, live_probe: Callable[[], Node]) -> Run:
     check_required_keys(suite, thresholds)
     run = Run(options, node, suite, thresholds, note, mismatch, placeholders=values)
     if options.baseline is not None:
-        from pytest_nvlink.judges.baseline_match import attach_baseline
+        from pytest_nvlink.plugin.baseline import attach_baseline
 
         attach_baseline(run)
     return run
-
-
-def not_collected(suite: Suite) -> dict[str, str]:
-    """Checks that do not exist for this suite's shape, keyed by fixture name or ``area:<marker area>``, with why."""
-    absent: dict[str, str] = {}
-    if suite.gpu_count < 2:
-        one_gpu = f"suite {suite.name} has 1 GPU ({suite.file.name}:suite.gpu_count)"
-        pair_fixtures = ("nvlink_pair", "nvlink_ordered_pair", "nvlink_pairs", "nvlink_ordered_pairs")
-        absent |= dict.fromkeys(pair_fixtures, one_gpu) | {"area:collectives": one_gpu}
-    elif not suite.measure.collectives:
-        absent["area:collectives"] = f"{suite.file.name}:measure.collectives is empty"
-    if "area:collectives" in absent:
-        absent["nvlink_collective"] = absent["area:collectives"]
-    if suite.gpus_per_host is None:  # rack checks exist only for a suite spanning several hosts
-        absent["area:rack"] = absent["nvlink_tray"] = f"suite {suite.name} sets no suite.gpus_per_host"
-    return absent
-
-
-BASELINE_NOT_COLLECTED = "baseline checks (test_baseline_*): no --nvlink-baseline given"
-
-
-def baseline_not_collected(run: Run) -> dict[str, str]:
-    """The baseline checks exist only when a baseline is given (keyed as :func:`not_collected` keys them)."""
-    return {} if run.options.baseline is not None else {"area:baseline": BASELINE_NOT_COLLECTED}
-
-
-def not_collected_note(suite: Suite) -> str | None:
-    """One header line naming what :func:`not_collected` leaves out, or None."""
-    absent = not_collected(suite)
-    what = [
-        name
-        for key, name in (
-            ("nvlink_pair", "pair checks (paths, P2P status, P2P bandwidth)"),
-            ("area:collectives", "collective checks"),
-        )
-        if key in absent
-    ]
-    reasons = dict.fromkeys(absent[key] for key in ("nvlink_pair", "area:collectives") if key in absent)
-    return f"not collected: {' and '.join(what)}: {'; '.join(reasons)}" if what else None
 
 
 def _check_exclusive(options: RunOptions) -> None:
@@ -314,7 +199,8 @@ def _thresholds_file_problem(label: str, path: Path) -> str:
 def _load_recorded_node(options: RunOptions) -> Node | None:
     """The replayed snapshot or the parsed evidence; None when the node is this machine, probed live."""
     if options.replay is not None:
-        from pytest_nvlink.model.document import SnapshotError, load_snapshot
+        from pytest_nvlink.model.document import SnapshotError
+        from pytest_nvlink.sources.snapshot.file import load_snapshot
 
         try:
             return load_snapshot(_snapshot_path(options.replay, options.label("replay")))

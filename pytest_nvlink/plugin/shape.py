@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from pytest_nvlink.plugin import CHECKS_DIR, run_of
-from pytest_nvlink.plugin.run import Run, baseline_not_collected, not_collected
+from pytest_nvlink.plugin.kit import CHECKS_DIR, run_of
+from pytest_nvlink.record.run import Run, baseline_not_collected, not_collected
 
 # Shipped check modules whose checks all carry one area (their pytestmark): absent, the module is not collected.
 WHOLE_MODULE_AREAS: dict[str, str] = {

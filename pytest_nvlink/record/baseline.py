@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_nvlink.plugin.run import Run
-    from pytest_nvlink.record.results import ItemResult
+    from pytest_nvlink.record.items import ItemResult
+    from pytest_nvlink.record.run import Run
 
 NOT_COMPARED_PROPERTY = "baseline_not_compared"  # judges.baseline: facts the baseline did not record
 
@@ -38,7 +38,7 @@ def baseline_header_lines(run: Run) -> list[str]:
     lines += [f"nvlink baseline: {reason}" for _, reason in sorted(baseline.unmatched.items())]
     from pytest_nvlink.judges.baseline_match import environment_changes  # a run without a baseline never needs it
 
-    changes = environment_changes(run, baseline)
+    changes = environment_changes(run.node, baseline)
     lines.append("nvlink changed since the baseline: " + ("; ".join(changes) if changes else "nothing recorded"))
     return lines
 
@@ -92,7 +92,7 @@ def baseline_section(run: Run, items: Sequence[ItemResult]) -> BaselineSection |
         problem=baseline.problem,
         unmatched=dict(sorted(baseline.unmatched.items())),
         # Read now, not at start: a campaign has loaded NCCL and torch, whose versions then count.
-        changes=[EnvironmentChange(*change) for change in changed_settings(run, baseline)],
+        changes=[EnvironmentChange(*change) for change in changed_settings(run.node, baseline)],
         improvements=[(item.nodeid, note) for item in items for note in item.improvements],
         not_compared=dict(sorted(not_compared.items())),
         failed=[item.nodeid for item in items if item.area == "baseline" and item.failed],
@@ -152,7 +152,7 @@ def baseline_suite_properties(run: Run) -> list[tuple[str, str]]:
         props.append(("baseline_problem", baseline.problem))
     from pytest_nvlink.judges.baseline_match import environment_changes
 
-    return props + [(f"changed_{_name(change)}", change) for change in environment_changes(run, baseline)]
+    return props + [(f"changed_{_name(change)}", change) for change in environment_changes(run.node, baseline)]
 
 
 def _name(change: str) -> str:

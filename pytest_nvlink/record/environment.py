@@ -7,19 +7,14 @@ measurements; a replay keeps what its file recorded, evidence records none.
 
 from __future__ import annotations
 
-import platform
-import sys
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from pytest_nvlink import __version__
 from pytest_nvlink.model import Environment, Node
+from pytest_nvlink.sources.live.versions import live_versions
 
 if TYPE_CHECKING:
-    from pytest_nvlink.plugin.run import Run
-
-# The versions a comparison lists when they changed, in the order the header names them.
-VERSION_NAMES: tuple[str, ...] = ("nccl", "torch", "cuda_runtime", "fabric_manager", "kernel")
+    from pytest_nvlink.record.run import Run
 
 
 def p2p_conditions(run: Run, kind: str) -> dict[str, str]:
@@ -51,27 +46,6 @@ def stamp_conditions(run: Run) -> None:
     for collective in run.node.measurements.collectives:
         if collective.conditions is None:
             collective.conditions = collective_conditions(run, collective.backend)
-
-
-def live_versions() -> dict[str, str]:
-    """Versions this process can tell without importing anything: torch only if a campaign loaded it."""
-    versions = {"kernel": platform.release(), "plugin": __version__}
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        versions["torch"] = str(getattr(torch, "__version__", "unknown"))
-        cuda = getattr(getattr(torch, "version", None), "cuda", None)
-        if cuda:
-            versions["cuda_runtime"] = str(cuda)
-        versions |= _nccl_version(torch)
-    return versions
-
-
-def _nccl_version(torch: object) -> dict[str, str]:
-    try:
-        raw = torch.cuda.nccl.version()  # type: ignore[attr-defined]
-    except Exception:
-        return {}
-    return {"nccl": ".".join(str(part) for part in raw) if isinstance(raw, tuple) else str(raw)}
 
 
 def current_environment(run: Run) -> Environment:

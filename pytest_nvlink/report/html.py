@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_nvlink.model import Gpu
-from pytest_nvlink.plugin.run import Run
 from pytest_nvlink.record.results import Results, source_text
+from pytest_nvlink.record.run import Run
 from pytest_nvlink.record.unknowns import recorded_unknowns
 from pytest_nvlink.report import pictures
 from pytest_nvlink.report.json_results import write_atomically

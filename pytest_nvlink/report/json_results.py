@@ -17,7 +17,8 @@ from typing import Any
 from pytest_nvlink import __version__
 from pytest_nvlink.model.document import node_to_dict
 from pytest_nvlink.record.baseline import baseline_document
-from pytest_nvlink.record.results import ItemResult, Results, source_text
+from pytest_nvlink.record.items import ItemResult
+from pytest_nvlink.record.results import Results, source_text
 
 RESULTS_KIND = "pytest-nvlink-results"
 RESULTS_SCHEMA_VERSION = 1

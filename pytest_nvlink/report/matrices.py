@@ -14,7 +14,7 @@ from tabulate import tabulate
 
 from pytest_nvlink.config.settings import path_matches
 from pytest_nvlink.model import Node, P2PMeasurement
-from pytest_nvlink.plugin.run import Run
+from pytest_nvlink.record.run import Run
 
 FULL_MATRIX_UP_TO_GPUS = 16  # as one test item per pair: above it, per-GPU rows
 CELLS_NAMED = 4  # differing cells spelled out per GPU row; the rest are counted

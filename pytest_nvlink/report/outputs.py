@@ -7,8 +7,8 @@ from pathlib import Path
 
 from pytest_nvlink.config.settings import ConfigError
 from pytest_nvlink.core.placeholders import PlaceholderError, expand
-from pytest_nvlink.plugin.run import Given
 from pytest_nvlink.record.results import Results
+from pytest_nvlink.record.run import Given
 
 WHAT = {"json": "results JSON", "report": "HTML report"}
 

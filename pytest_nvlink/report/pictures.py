@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pytest_nvlink.config.settings import path_matches
 from pytest_nvlink.model import Node, nvlink_count_of_path
-from pytest_nvlink.plugin.run import Run
+from pytest_nvlink.record.run import Run
 
 # ColorBrewer YlGn (the scale nvloom's plot_heatmaps.py uses): low = yellow, high = dark green.
 YLGN: tuple[tuple[int, int, int], ...] = ((255, 255, 229), (217, 240, 163), (120, 198, 121), (35, 132, 67), (0, 69, 41))

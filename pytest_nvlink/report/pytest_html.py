@@ -13,7 +13,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from pytest_nvlink.record.results import item_result
+from pytest_nvlink.record.items import item_result
 
 COLUMNS: tuple[str, ...] = ("measured", "expected", "key")
 

@@ -15,9 +15,10 @@ from tabulate import tabulate
 
 from pytest_nvlink.judges.collectives import pick_collective
 from pytest_nvlink.model import Node
-from pytest_nvlink.plugin.run import BASELINE_NOT_COLLECTED, Run
 from pytest_nvlink.record.audit import AuditTally, no_verdict_line
-from pytest_nvlink.record.results import ItemLog, ItemResult, nccl_transport_line, source_text
+from pytest_nvlink.record.items import ItemLog, ItemResult
+from pytest_nvlink.record.results import nccl_transport_line, source_text
+from pytest_nvlink.record.run import BASELINE_NOT_COLLECTED, Run
 from pytest_nvlink.record.unknowns import recorded_unknowns
 from pytest_nvlink.report.matrices import p2p_lines, topology_lines
 

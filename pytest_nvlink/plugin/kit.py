@@ -1,0 +1,61 @@
+"""What the plugin's modules and the shipped checks share: the session's run, its keys, the check kit.
+
+Kept apart from the hooks (:mod:`pytest_nvlink.plugin`) so that the collection modules and the checks
+import it without importing the hooks back: no import cycle inside the plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple, NoReturn
+
+import pytest
+
+if TYPE_CHECKING:
+    from pytest_nvlink.judges.context import Context
+    from pytest_nvlink.model.figures import MeasurementProvider
+    from pytest_nvlink.record.run import Run
+    from pytest_nvlink.verdict import Verdict
+
+CHECKS_DIR = Path(__file__).resolve().parents[1] / "checks"
+RUN_KEY = pytest.StashKey["Run"]()
+
+
+def run_of(config: pytest.Config) -> Run | None:
+    """The run of this pytest session; None without --nvlink-suite, before it is built, or once let go."""
+    return config.stash.get(RUN_KEY, None)
+
+
+# The sessions running in this process, innermost last (pytester runs one inside another). The session
+# fixtures read their config here: pytest resolves a cached fixture's arguments again for every item, and
+# builds ``request`` (under ``pytestconfig`` too) anew each time, a cost per item that these do not pay.
+SESSIONS: list[pytest.Session] = []
+
+
+def current_session() -> pytest.Session:
+    if not SESSIONS:
+        pytest.fail("pytest-nvlink fixtures are used outside a pytest session", pytrace=False)
+    return SESSIONS[-1]
+
+
+NEED_SUITE = "pytest-nvlink fixtures need --nvlink-suite=NAME|PATH|auto"
+
+
+def not_parametrized(name: str) -> NoReturn:
+    """The body of a fixture a run parametrizes directly (_parametrize), reached only when it did not.
+
+    Direct parametrization replaces the fixture's function, so the function asks for no ``request``
+    (which would stay in every item's closure, built anew per item) and never reads ``request.param``.
+    """
+    if run_of(current_session().config) is None:
+        pytest.fail(NEED_SUITE, pytrace=False)
+    pytest.fail(f"{name} takes its values from the suite only as an argument of a test function", pytrace=False)
+
+
+class CheckKit(NamedTuple):
+    """What a shipped check reads: the judges' context, the session's measurements and the judge."""
+
+    context: Context
+    measurements: MeasurementProvider
+    judge: Callable[[Verdict], None]

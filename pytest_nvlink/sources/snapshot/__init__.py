@@ -1,0 +1,1 @@
+"""A replayed node: snapshot files written by ``--nvlink-save``."""
