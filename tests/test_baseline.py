@@ -9,12 +9,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DATA, SNAPSHOTS, snapshot_with_lists
+from conftest import DATA, REPO, SNAPSHOTS, snapshot_with_lists
 
 HEALTHY = SNAPSHOTS / "h100-8gpu-healthy.json"
 FROZEN = DATA / "frozen" / "h100-8gpu-degraded-schema1.json"
 BASELINE_ITEMS = 56 + 5 + 8  # ordered pairs, collectives, GPUs of the 8-GPU suite
 Document = dict[str, Any]
+# docs/baseline.md (the driver upgrade runbook) quotes this sentence; the test below checks the run writes it.
+RUNBOOK_SENTENCE = (
+    "GPU 2 -> GPU 6: unidirectional 333.0 GB/s, 10.0 % below baseline 370.0 GB/s (hgx-h100-01 "
+    "2026-11-20T10:02Z, driver 550.54.15); limit 5 % (nvswitch-common.toml:baseline.p2p_drop_max_pct); "
+    "changed since: driver 550.54.15 → 560.35.03"
+)
 
 
 def _copy(tmp_path: Path, name: str, change: Callable[[Document], None], source: Path = HEALTHY) -> Path:
@@ -101,16 +107,16 @@ def test_a_slower_pair_a_link_down_and_a_new_driver_fail_exactly_those_items(
     cases, result, root = _run(pytester, after, f"--nvlink-baseline={HEALTHY}")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert _baseline_failures(cases) == {"test_baseline_p2p[gpu2-gpu6]", "test_baseline_facts[gpu3]"}
-    # The README quotes this sentence.
-    assert _message(cases, "test_baseline_p2p[gpu2-gpu6]") == (
-        "GPU 2 -> GPU 6: unidirectional 333.0 GB/s, 10.0 % below baseline 370.0 GB/s (hgx-h100-01 "
-        "2026-11-20T10:02Z, driver 550.54.15); limit 5 % (nvswitch-common.toml:baseline.p2p_drop_max_pct); "
-        "changed since: driver 550.54.15 → 560.35.03"
-    )
+    assert _message(cases, "test_baseline_p2p[gpu2-gpu6]") == RUNBOOK_SENTENCE
     assert "active NVLinks 18 in the baseline, 17 now" in _message(cases, "test_baseline_facts[gpu3]")
     result.stdout.fnmatch_lines(["nvlink changed since the baseline: driver 550.54.15 → 560.35.03"])
     result.stdout.fnmatch_lines(["  changed since the baseline: driver 550.54.15 → 560.35.03"])
     assert _suite_properties(root)["changed_driver"] == "driver 550.54.15 → 560.35.03"
+
+
+def test_the_runbook_quotes_the_sentence_the_run_writes() -> None:
+    runbook = (REPO / "docs" / "baseline.md").read_text(encoding="utf-8")
+    assert f"```text\n{RUNBOOK_SENTENCE}\n```" in runbook
 
 
 def test_an_improvement_is_reported_not_failed(pytester: pytest.Pytester, tmp_path: Path) -> None:
