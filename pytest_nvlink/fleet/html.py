@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from pytest_nvlink.core.atomic import write_text_atomically
 from pytest_nvlink.fleet.merge import FAIL, INCOMPLETE, MISSING, PASS, Fleet
 from pytest_nvlink.fleet.outliers import Family
 from pytest_nvlink.report.html import environment
-from pytest_nvlink.report.json_results import write_atomically
 from pytest_nvlink.report.pictures import Scale, text_colour
 
 NO_FIGURE_FILL = "#eeeeee"
@@ -52,7 +52,7 @@ def render_fleet_html(fleet: Fleet, fail_on_outliers: bool) -> str:
 
 
 def write_html(fleet: Fleet, path: Path, fail_on_outliers: bool) -> None:
-    write_atomically(path, render_fleet_html(fleet, fail_on_outliers))
+    write_text_atomically(path, render_fleet_html(fleet, fail_on_outliers))
 
 
 def _scale(family: Family, replace_percent: float) -> Scale:

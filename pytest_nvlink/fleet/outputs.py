@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from pytest_nvlink import __version__
+from pytest_nvlink.core.atomic import write_text_atomically
 from pytest_nvlink.fleet.merge import PASS, Fleet, NodeVerdict
 from pytest_nvlink.fleet.outliers import Outlier
-from pytest_nvlink.report.json_results import write_atomically
 
 FLEET_KIND = "pytest-nvlink-fleet"
 FLEET_SCHEMA_VERSION = 1
@@ -89,7 +88,7 @@ def _outlier(outlier: Outlier) -> dict[str, Any]:
 
 
 def write_json(fleet: Fleet, path: Path, fail_on_outliers: bool) -> None:
-    write_atomically(path, json.dumps(fleet_document(fleet, fail_on_outliers), indent=1) + "\n")
+    write_text_atomically(path, json.dumps(fleet_document(fleet, fail_on_outliers), indent=1) + "\n")
 
 
 def write_junit(fleet: Fleet, path: Path, fail_on_outliers: bool) -> None:
@@ -116,7 +115,7 @@ def write_junit(fleet: Fleet, path: Path, fail_on_outliers: bool) -> None:
         case.add_failure_info(message=problem, failure_type="fleet")
         cases.append(case)
     suite = TestSuite("pytest-nvlink fleet", cases, timestamp=datetime.now(timezone.utc).isoformat())
-    write_atomically(path, to_xml_report_string([suite], prettyprint=True, encoding="utf-8"))
+    write_text_atomically(path, to_xml_report_string([suite], prettyprint=True, encoding="utf-8"))
 
 
 def drain_script(fleet: Fleet) -> str:
@@ -137,5 +136,5 @@ def drain_script(fleet: Fleet) -> str:
 
 
 def write_drain_script(fleet: Fleet, path: Path) -> None:
-    write_atomically(path, drain_script(fleet))
-    os.chmod(path, 0o755)  # noqa: S103 - a script to run, readable by whoever reviews it
+    # a script to run, readable by whoever reviews it (a device such as /dev/stdout keeps its own mode)
+    write_text_atomically(path, drain_script(fleet), mode=0o755)

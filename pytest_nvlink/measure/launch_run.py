@@ -22,6 +22,7 @@ from typing import Any
 
 from pytest_nvlink import __version__
 from pytest_nvlink.config.settings import Suite, Thresholds
+from pytest_nvlink.core.atomic import write_text_atomically
 from pytest_nvlink.core.placeholders import expand, placeholder_values
 from pytest_nvlink.measure import launched, sendrecv
 from pytest_nvlink.measure.collectives import CollectiveSpec
@@ -93,10 +94,7 @@ def stamped(entries: list[CollectiveMeasurement], settings: Settings, info: Rank
 
 
 def _write_json(path: Path, document: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
+    write_text_atomically(path, json.dumps(document, indent=1) + "\n")
 
 
 def _ranks(group: Group) -> list[dict[str, Any]]:

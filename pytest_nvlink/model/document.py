@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
 import re
 import tempfile
 import uuid
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_nvlink import __version__
+from pytest_nvlink.core.atomic import write_text_atomically
 from pytest_nvlink.core.values import value_problems
 from pytest_nvlink.model import Node, P2PMeasurement, P2PStatus, PairPath
 from pytest_nvlink.model.records import Reading, from_json, table_of
@@ -115,30 +115,9 @@ def check_writable(path: Path) -> None:
         raise SnapshotError(f"cannot write {path}: {exc.strerror or exc} in {folder}") from None
 
 
-def _file_mode(path: Path) -> int:
-    """The mode a plain write would give: the old file's, else 0666 less the umask (mkstemp uses 0600)."""
-    if path.is_file():
-        return path.stat().st_mode & 0o777
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
 def save_snapshot(node: Node, path: Path) -> None:
     """Write atomically: a run interrupted mid-write leaves the previous file, never half a snapshot."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = snapshot_text(snapshot_document(node))
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temporary, _file_mode(path))
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_text_atomically(path, snapshot_text(snapshot_document(node)))
 
 
 def node_from_document(document: object, origin: str) -> Node:

@@ -12,12 +12,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_nvlink.core.atomic import write_text_atomically
 from pytest_nvlink.model import Gpu
 from pytest_nvlink.record.results import Results, source_text
 from pytest_nvlink.record.run import Run
 from pytest_nvlink.record.unknowns import recorded_unknowns
 from pytest_nvlink.report import pictures
-from pytest_nvlink.report.json_results import write_atomically
 from pytest_nvlink.report.terminal import FAMILY_CHECKS, NCCL_ENV_VARS
 from pytest_nvlink.sources.evidence.load import coverage, file_coverage
 
@@ -95,7 +95,7 @@ def picture_html(run: Run, check: str) -> str | None:
 
 
 def write_html_report(results: Results, path: Path) -> None:
-    write_atomically(path, render_html(results))
+    write_text_atomically(path, render_html(results))
 
 
 def report_context(results: Results) -> dict[str, object]:

@@ -8,13 +8,12 @@ measurement with its conditions), so the file also serves as a baseline of the n
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from pytest_nvlink import __version__
+from pytest_nvlink.core.atomic import write_text_atomically
 from pytest_nvlink.model.document import node_to_dict
 from pytest_nvlink.record.baseline import baseline_document
 from pytest_nvlink.record.items import ItemResult
@@ -63,20 +62,7 @@ def _item(item: ItemResult) -> dict[str, Any]:
 def write_results_json(results: Results, path: Path) -> None:
     """Written atomically: a fleet merge never reads half a file."""
     text = json.dumps(results_document(results), indent=1, sort_keys=False) + "\n"
-    write_atomically(path, text)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide the report from whoever attaches it
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_text_atomically(path, text)
 
 
 def load_schema() -> dict[str, Any]:
