@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pytest_nvlink.report.matrices import topology_matrix
 from pytest_nvlink.report.terminal import (
-    FAMILY_CHECKS,
     check_table,
     collective_table,
     evidence_coverage,
@@ -18,6 +17,7 @@ from pytest_nvlink.report.terminal import (
     suite_properties,
     summary_lines,
 )
+from pytest_nvlink.sources.evidence.families import FAMILY_CHECKS
 
 __all__ = [
     "FAMILY_CHECKS",

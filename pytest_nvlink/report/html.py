@@ -18,7 +18,8 @@ from pytest_nvlink.record.results import Results, source_text
 from pytest_nvlink.record.unknowns import recorded_unknowns
 from pytest_nvlink.report import pictures
 from pytest_nvlink.report.json_results import write_atomically
-from pytest_nvlink.report.terminal import FAMILY_CHECKS, NCCL_ENV_VARS
+from pytest_nvlink.report.terminal import NCCL_ENV_VARS
+from pytest_nvlink.sources.evidence.families import FAMILY_CHECKS
 from pytest_nvlink.sources.evidence.load import coverage, file_coverage
 
 if TYPE_CHECKING:

@@ -20,6 +20,7 @@ from pytest_nvlink.record.audit import AuditTally, no_verdict_line
 from pytest_nvlink.record.results import ItemLog, ItemResult, nccl_transport_line, source_text
 from pytest_nvlink.record.unknowns import recorded_unknowns
 from pytest_nvlink.report.matrices import p2p_lines, topology_lines
+from pytest_nvlink.sources.evidence.families import FAMILY_CHECKS
 
 NCCL_ENV_VARS: tuple[str, ...] = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_NVLS_ENABLE")
 
@@ -196,20 +197,6 @@ def _nonzero_counters(node: Node, attribute: str) -> str:
             if shown:
                 found.append(f"GPU {gpu.index} link {link.link}: {shown}")
     return "; ".join(found)
-
-
-# Which check functions each evidence family feeds, for the coverage table.
-FAMILY_CHECKS: dict[str, str] = {
-    "inventory": "test_gpu_count, test_gpu_model, test_driver",
-    "paths": "test_path",
-    "p2p": "test_p2p_status",
-    "nvlinks": "test_nvlink_active_links, test_nvlink_version, test_nvlink_speed",
-    "nvlink_errors": "test_nvlink_errors",
-    "p2p_bandwidth": "test_p2p_unidirectional, test_p2p_bidirectional, test_p2p_latency, test_p2p_path_proof",
-    "collectives": "test_collective_busbw",
-    "nccl_transport": "test_nccl_transport",
-    "platform": "test_fabric, test_pcie_link",
-}
 
 
 FILES_SHOWN = 3  # a folder of burn-in logs can hold hundreds of files: list a few, count the rest
