@@ -10,7 +10,8 @@ from conftest import sample, topo_p2p_text
 
 from pytest_nvlink.model import Gpu, GpuList, Node, NvLinkInfo, PairPath
 from pytest_nvlink.model.document import snapshot_document
-from pytest_nvlink.sources.evidence.load import FAMILIES, EvidenceConflict, EvidenceError, coverage, load_evidence
+from pytest_nvlink.record.coverage import coverage
+from pytest_nvlink.sources.evidence.load import FAMILIES, EvidenceConflict, EvidenceError, load_evidence
 
 A100_TOPO = "topo/a100-sxm4-80gb-8gpu-distserve3.txt"
 A100_P2P = "p2pBandwidthLatencyTest/a100-sxm4-80gb-8gpu-distserve3.txt"
@@ -321,7 +322,7 @@ def test_nccl_tests_rank_count_from_the_bus_factor(tmp_path: Path) -> None:
 
 
 def test_every_evidence_family_names_the_checks_it_feeds() -> None:
-    from pytest_nvlink.report import FAMILY_CHECKS
+    from pytest_nvlink.sources.evidence.families import FAMILY_CHECKS
     from pytest_nvlink.sources.evidence.load import FAMILIES
 
     assert set(FAMILY_CHECKS) == set(FAMILIES)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import EVIDENCE, sample
 
-from pytest_nvlink.sources.evidence.load import EvidenceError, file_coverage, load_evidence
+from pytest_nvlink.record.coverage import file_coverage
+from pytest_nvlink.sources.evidence.load import EvidenceError, load_evidence
 from pytest_nvlink.sources.evidence.parsers import detect
 
 A100_TOPO = "topo/a100-sxm4-80gb-8gpu-distserve3.txt"

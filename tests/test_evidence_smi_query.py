@@ -48,7 +48,7 @@ def grep_windows(text: str, pattern: str, context: int) -> str:
 
 def test_whole_output_gives_inventory_pcie_and_fabric(tmp_path: Path) -> None:
     text = sample(SMI_Q)
-    assert detect.detect_kind(text) == detect.SMI_QUERY
+    assert detect.detect_kind(text) == smi_query.KIND
     node = load_evidence([write(tmp_path, "q.txt", text)])
     assert len(node.gpus) == 8 and node.driver_version == "550.90.07"
     gpu = node.gpus[3]

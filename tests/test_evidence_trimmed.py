@@ -109,7 +109,7 @@ def stripped_log(transport: str = "P2P/CUMEM/read") -> str:
 
 def test_stripped_log_is_detected_and_audited(pytester: pytest.Pytester) -> None:
     text = stripped_log()
-    assert detect.detect_kind(text) == detect.NCCL_LOG
+    assert detect.detect_kind(text) == nccl_log.KIND
     log = nccl_log.parse(text)
     assert log.channels and {c.transport for c in log.channels} == {"P2P"} and log.hosts == ()
     path = write(pytester.path, "grep.txt", text)
@@ -135,14 +135,14 @@ def test_stripped_log_with_shm_between_nvlink_gpus_fails(pytester: pytest.Pytest
 )
 def test_newer_prefixes_are_read(prefix: str) -> None:
     text = "\n".join(prefix + line for line in stripped_log().splitlines())
-    assert detect.detect_kind(text) == detect.NCCL_LOG
+    assert detect.detect_kind(text) == nccl_log.KIND
     log = nccl_log.parse(text)
     assert log.channels and log.version is not None
 
 
 def test_version_line_only_is_a_log_without_channels(tmp_path: Path) -> None:
     version = next(line for line in stripped_log().splitlines() if "NCCL version" in line)
-    assert detect.detect_kind(version) == detect.NCCL_LOG
+    assert detect.detect_kind(version) == nccl_log.KIND
     node = load_evidence([write(tmp_path, "v.txt", version)])
     assert node.measurements.nccl is not None and node.measurements.nccl.channels == []
 

@@ -27,6 +27,7 @@ from pytest_nvlink.sources.evidence.parsers import (
     p2p_latency,
     smi_query,
     topo,
+    topo_p2p,
 )
 from pytest_nvlink.sources.evidence.parsers.common import ParseError
 from pytest_nvlink.verdict import Outcome
@@ -34,7 +35,7 @@ from pytest_nvlink.verdict import Outcome
 SAMPLES = sorted(p.relative_to(EVIDENCE).as_posix() for p in EVIDENCE.rglob("*.txt"))
 PARSERS: dict[str, Callable[[str], object]] = {
     "topo": topo.parse,
-    "topo_p2p": topo.parse_p2p,
+    "topo_p2p": topo_p2p.parse,
     "nvlink": nvlink.parse,
     "nccl_tests": nccl_tests.parse,
     "p2p_latency": p2p_latency.parse,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import sample
 
-from pytest_nvlink.sources.evidence.parsers import topo
+from pytest_nvlink.sources.evidence.parsers import topo, topo_p2p
 from pytest_nvlink.sources.evidence.parsers.common import ParseError
 
 A100 = "topo/a100-sxm4-80gb-8gpu-distserve3.txt"
@@ -221,7 +221,7 @@ Legend:
 
 
 def test_topo_p2p_matrix() -> None:
-    result = topo.parse_p2p(P2P_TEXT)
+    result = topo_p2p.parse(P2P_TEXT)
     assert result.gpu_count == 4
     assert result.capabilities == ("read",)
     assert result.status[(0, 1)] == "ok"
@@ -233,8 +233,8 @@ def test_topo_p2p_matrix() -> None:
 
 def test_topo_p2p_capability_hint_and_unknown() -> None:
     text = P2P_TEXT.split("\n", 1)[1]
-    assert topo.parse_p2p(text).capabilities == ()
-    assert topo.parse_p2p(text, capability="rw").capabilities == ("read", "write")
-    assert topo.parse_p2p(text, capability="n").capabilities == ("nvlink",)
+    assert topo_p2p.parse(text).capabilities == ()
+    assert topo_p2p.parse(text, capability="rw").capabilities == ("read", "write")
+    assert topo_p2p.parse(text, capability="n").capabilities == ("nvlink",)
     with pytest.raises(ParseError, match="unknown topo -p2p capability"):
-        topo.parse_p2p(text, capability="z")
+        topo_p2p.parse(text, capability="z")

@@ -21,8 +21,9 @@ from pytest_nvlink.model.trays import TrayProbe, merge_trays, read_trays
 from pytest_nvlink.record.results import nccl_transport_line, transport_counts
 from pytest_nvlink.record.run import Run
 from pytest_nvlink.report.json_results import load_schema
+from pytest_nvlink.sources.evidence import hosts
 from pytest_nvlink.sources.evidence.load import EvidenceConflict, EvidenceError, load_evidence
-from pytest_nvlink.sources.evidence.parsers import detect, nccl_log, nccl_tests, nvbandwidth
+from pytest_nvlink.sources.evidence.parsers import nccl_log, nccl_tests, nvbandwidth
 from pytest_nvlink.sources.evidence.parsers.common import ParseError
 
 RACK = DATA / "rack"
@@ -144,10 +145,10 @@ def test_nccl_tests_multinode_rank_lines_and_a_cut_one() -> None:
 
 def test_host_lines_split_a_file_into_trays() -> None:
     text = "# header\n\nhost: tray-a\nGPU 0: X (UUID: GPU-1)\nhost: tray-b\nGPU 0: X (UUID: GPU-2)\n"
-    parts = detect.split_hosts(text)
+    parts = hosts.split_hosts(text)
     assert [(p.host, p.start_line) for p in parts] == [(None, 1), ("tray-a", 4), ("tray-b", 6)]
     assert parts[2].text.strip() == "GPU 0: X (UUID: GPU-2)"
-    assert detect.split_hosts("no hosts here") == [detect.HostPart(None, 1, "no hosts here")]
+    assert hosts.split_hosts("no hosts here") == [hosts.HostPart(None, 1, "no hosts here")]
 
 
 # --- the rack node ---------------------------------------------------------------------------------

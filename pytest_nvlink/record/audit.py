@@ -74,7 +74,7 @@ def no_verdict_line(tally: AuditTally) -> str:
 def evidence_header_line(node: Node) -> str:
     """What the evidence files cover, known before any check runs."""
     # Imported here: the evidence parsers are a third of a replay's start-up, and only evidence runs need them.
-    from pytest_nvlink.sources.evidence.load import coverage
+    from pytest_nvlink.record.coverage import coverage
 
     families = coverage(node)
     covered = [family for family, files in families if files]

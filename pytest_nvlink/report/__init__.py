@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pytest_nvlink.report.matrices import topology_matrix
 from pytest_nvlink.report.terminal import (
-    FAMILY_CHECKS,
     check_table,
     collective_table,
     evidence_coverage,
@@ -20,7 +19,6 @@ from pytest_nvlink.report.terminal import (
 )
 
 __all__ = [
-    "FAMILY_CHECKS",
     "check_table",
     "collective_table",
     "evidence_coverage",

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 from pytest_nvlink.core.atomic import write_text_atomically
 from pytest_nvlink.model import Gpu
+from pytest_nvlink.record.coverage import coverage_rows, file_coverage
 from pytest_nvlink.record.results import Results, source_text
 from pytest_nvlink.record.run import Run
 from pytest_nvlink.record.unknowns import recorded_unknowns
 from pytest_nvlink.report import pictures
-from pytest_nvlink.report.terminal import FAMILY_CHECKS, NCCL_ENV_VARS
-from pytest_nvlink.sources.evidence.load import coverage, file_coverage
+from pytest_nvlink.report.terminal import NCCL_ENV_VARS
 
 if TYPE_CHECKING:
     import jinja2
@@ -123,9 +123,7 @@ def report_context(results: Results) -> dict[str, object]:
         "sweeps": pictures.sweeps(run),
         "unknowns": recorded_unknowns(node, run.thresholds),
         "environment": [f"{name}={os.environ[name]}" for name in NCCL_ENV_VARS if name in os.environ],
-        "coverage": [(family, FAMILY_CHECKS.get(family, ""), files) for family, files in coverage(node)]
-        if node.source == "evidence"
-        else [],
+        "coverage": coverage_rows(node) if node.source == "evidence" else [],
         "evidence_files": file_coverage(node) if node.source == "evidence" else [],
     }
 

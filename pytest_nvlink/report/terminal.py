@@ -199,28 +199,14 @@ def _nonzero_counters(node: Node, attribute: str) -> str:
     return "; ".join(found)
 
 
-# Which check functions each evidence family feeds, for the coverage table.
-FAMILY_CHECKS: dict[str, str] = {
-    "inventory": "test_gpu_count, test_gpu_model, test_driver",
-    "paths": "test_path",
-    "p2p": "test_p2p_status",
-    "nvlinks": "test_nvlink_active_links, test_nvlink_version, test_nvlink_speed",
-    "nvlink_errors": "test_nvlink_errors",
-    "p2p_bandwidth": "test_p2p_unidirectional, test_p2p_bidirectional, test_p2p_latency, test_p2p_path_proof",
-    "collectives": "test_collective_busbw",
-    "nccl_transport": "test_nccl_transport",
-    "platform": "test_fabric, test_pcie_link",
-}
-
-
 FILES_SHOWN = 3  # a folder of burn-in logs can hold hundreds of files: list a few, count the rest
 
 
 def evidence_coverage(node: Node) -> str:
     """Which evidence file fed which checks; an empty cell means those checks had no evidence."""
-    from pytest_nvlink.sources.evidence.load import coverage
+    from pytest_nvlink.record.coverage import coverage_rows
 
-    rows = [[family, FAMILY_CHECKS.get(family, ""), _file_cell(files)] for family, files in coverage(node)]
+    rows = [[family, checks, _file_cell(files)] for family, checks, files in coverage_rows(node)]
     return "\n".join([tabulate(rows, headers=["evidence", "checks", "files"], tablefmt="simple"), *file_notes(node)])
 
 
@@ -236,7 +222,7 @@ def _file_cell(files: str) -> str:
 
 def file_notes(node: Node) -> list[str]:
     """Per evidence file: what it contributed and every note about damage or about being left out."""
-    from pytest_nvlink.sources.evidence.load import file_coverage
+    from pytest_nvlink.record.coverage import file_coverage
 
     lines: list[str] = []
     quiet: list[str] = []  # files without notes: a few are listed, the rest counted by what they gave

@@ -1,8 +1,11 @@
-"""Merging parsed evidence into one Node, with a conflict check on every fact two files can both state."""
+"""Merging parsed evidence into one Node, with a conflict check on every fact two files can both state.
+
+The Merger knows facts (GPU counts, per-GPU and per-link facts, paths, P2P statuses, measurements),
+not tools: each format's merge step (in its parser module) says which facts its output states.
+"""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from pytest_nvlink.model import (
@@ -19,14 +22,9 @@ from pytest_nvlink.model import (
     normalize_pci_bus_id,
 )
 from pytest_nvlink.model.merge import MergeConflict, merge_into
-from pytest_nvlink.sources.evidence.parsers.nccl_tests import NcclTestsResult
-from pytest_nvlink.sources.evidence.parsers.nvbandwidth import NvbandwidthResult, Testcase
-from pytest_nvlink.sources.evidence.parsers.nvlink import LinkInfo, NvlinkReport
-from pytest_nvlink.sources.evidence.parsers.p2p_latency import P2PLatencyResult
-from pytest_nvlink.sources.evidence.parsers.smi_query import SmiGpu, SmiQuery
-from pytest_nvlink.sources.evidence.parsers.topo import TopoMatrix, TopoP2P
 
-_SMI_GPU_KEYS = (
+# The per-GPU facts of nvidia-smi -q, carried onto the Gpu by name.
+SMI_GPU_KEYS = (
     "pci_bus_id",
     "pcie_gen_max",
     "pcie_gen_current",
@@ -76,9 +74,9 @@ class Merger:
         self.snapshot_node: tuple[Node, str] | None = None
         self.node_facts: dict[str, _Fact] = {}  # "driver_version", from nvidia-smi -q
 
-    # --- bookkeeping ---------------------------------------------------------------------------
+    # --- facts: what the formats' merge steps state -----------------------------------------------
 
-    def _note(self, family: str, file: str) -> None:
+    def note(self, family: str, file: str) -> None:
         files = self.provenance.setdefault(family, [])
         if file not in files:
             files.append(file)
@@ -94,19 +92,19 @@ class Merger:
         elif known.value != value:
             raise EvidenceConflict(f"{what}: {known.file} says {known.value!r} but {file} says {value!r}")
 
-    def _gpu_fact(self, index: int, key: str, value: object, file: str) -> None:
+    def gpu_fact(self, index: int, key: str, value: object, file: str) -> None:
         if value is not None:
             self._agree(self._gpu(index).facts, key, value, file, f"GPU {index} {key.replace('_', ' ')}")
 
-    def _count(self, count: int, file: str) -> None:
+    def count(self, count: int, file: str) -> None:
         # Checked as soon as a second file claims a count, so the root disagreement is reported first.
         for known, known_file in self.counts:
             if known != count:
                 raise EvidenceConflict(f"GPU count: {known_file} says {known} but {file} says {count}")
         self.counts.append((count, file))
-        self._note("inventory", file)
+        self.note("inventory", file)
 
-    def _host(self, host: str, file: str) -> None:
+    def host(self, host: str, file: str) -> None:
         # Facts of two servers merged into one node would judge a machine that does not exist.
         for known, known_file in self.hosts.items():
             if known != host:
@@ -116,41 +114,12 @@ class Merger:
                 )
         self.hosts.setdefault(host, file)
 
-    # --- per tool ------------------------------------------------------------------------------
-
-    def add_topo(self, topo: TopoMatrix, file: str) -> None:
-        self._count(topo.gpu_count, file)
-        if topo.pcie_only:
-            # topo -mp never prints NV#; its PCIe classes must not be read as "no NVLink".
-            self.unknown.setdefault("paths", f"{file} is nvidia-smi topo -mp (PCIe paths only, NVLink not shown)")
-        else:
-            for (a, b), path in topo.paths.items():
-                self._path(a, b, path, file)
-            self._note("paths", file)
-        for gpu in range(topo.gpu_count):
-            self._gpu_fact(gpu, "cpu_affinity", topo.cpu_affinity.get(gpu), file)
-            numa = topo.numa_affinity.get(gpu)
-            self._gpu_fact(gpu, "numa_node", int(numa) if numa and numa.isdigit() else None, file)
-
-    def _path(self, a: int, b: int, path: str, file: str) -> None:
+    def path(self, a: int, b: int, path: str, file: str) -> None:
         known = self.paths.setdefault((a, b), _Fact(path, file))
         if known.value != path:
             raise EvidenceConflict(f"path GPU{a}-GPU{b}: {known.file} says {known.value!r} but {file} says {path!r}")
 
-    def add_topo_p2p(self, topo: TopoP2P, file: str) -> None:
-        self._count(topo.gpu_count, file)
-        usable = [c for c in topo.capabilities if c in ("read", "write", "nvlink", "atomics")]
-        for (src, dst), status in topo.status.items():
-            for capability in usable:
-                self._p2p(src, dst, capability, status, file)
-        if usable:
-            self._note("p2p", file)
-        if "nvlink" not in usable:
-            self.unknown.setdefault(
-                "p2p", f"{file} (topo -p2p) does not state NVLink P2P capability; add `nvidia-smi topo -p2p n`"
-            )
-
-    def _p2p(self, src: int, dst: int, capability: str, status: str, file: str) -> None:
+    def p2p_status(self, src: int, dst: int, capability: str, status: str, file: str) -> None:
         known = self.p2p.get((src, dst, capability))
         if known is None:
             self.p2p[(src, dst, capability)] = _Fact(status, file)
@@ -159,181 +128,55 @@ class Merger:
                 f"P2P {capability} GPU{src}->GPU{dst}: {known.file} says {known.value!r} but {file} says {status!r}"
             )
 
-    def add_nvlink(self, report: NvlinkReport, file: str) -> None:
-        self.lower_bounds.append((max(g.index for g in report.gpus) + 1, file))
-        self._note("inventory", file)
-        for gpu in report.gpus:
-            self._gpu_fact(gpu.index, "name", gpu.name, file)
-            self._gpu_fact(gpu.index, "uuid", gpu.uuid, file)
-            facts = self._gpu(gpu.index)
-            if gpu.all_inactive:
-                facts.all_inactive = file
-            for link in gpu.links:
-                self._add_link(gpu.index, link, file)
-        if report.kinds - {"nvlink_errors"}:
-            self._note("nvlinks", file)
-        if "nvlink_errors" in report.kinds:
-            self._note("nvlink_errors", file)
+    def lower_bound(self, count: int, file: str) -> None:
+        """The file names GPUs up to ``count - 1`` and may not list them all."""
+        self.lower_bounds.append((count, file))
+        self.note("inventory", file)
 
-    def _add_link(self, gpu: int, link: LinkInfo, file: str) -> None:
+    def node_fact(self, key: str, value: object, file: str, what: str) -> None:
+        self._agree(self.node_facts, key, value, file, what)
+
+    def unknown_reason(self, family: str, why: str) -> None:
+        """Why a family's checks cannot be judged from these files; the first reason given stays."""
+        self.unknown.setdefault(family, why)
+
+    def links_inactive(self, gpu: int, file: str) -> None:
+        self._gpu(gpu).all_inactive = file
+
+    def link(
+        self,
+        gpu: int,
+        link: int,
+        file: str,
+        *,
+        active: bool | None = None,
+        speed_gbps: float | None = None,
+        remote: str | None = None,
+        errors: dict[str, int] | None = None,
+    ) -> None:
         facts = self._gpu(gpu)
-        store = facts.links.setdefault(link.link, {})
-        what = f"GPU {gpu} NVLink {link.link}"
-        if link.active is not None:
-            self._agree(store, "active", link.active, file, f"{what} active")
-        if link.speed_gbps is not None:
-            self._agree(store, "speed", link.speed_gbps, file, f"{what} speed (GB/s)")
-        if link.remote is not None:
-            self._agree(store, "remote", link.remote, file, f"{what} remote device")
-        if link.errors:
-            counters = facts.errors.setdefault(link.link, {})
-            for key, value in link.errors.items():
+        store = facts.links.setdefault(link, {})
+        what = f"GPU {gpu} NVLink {link}"
+        if active is not None:
+            self._agree(store, "active", active, file, f"{what} active")
+        if speed_gbps is not None:
+            self._agree(store, "speed", speed_gbps, file, f"{what} speed (GB/s)")
+        if remote is not None:
+            self._agree(store, "remote", remote, file, f"{what} remote device")
+        if errors:
+            counters = facts.errors.setdefault(link, {})
+            for key, value in errors.items():
                 # Counters only grow; two captures at different times legitimately differ.
                 counters[key] = max(value, counters.get(key, 0))
 
-    def add_p2p_latency(self, result: P2PLatencyResult, file: str) -> None:
-        count = result.gpu_count or _square(result.matrices)
-        if count:
-            self._count(count, file)
-        for device in result.devices:
-            self._gpu_fact(device.index, "name", device.name, file)
-        for (src, dst), can in result.can_access.items():
-            for capability in ("read", "write"):
-                self._p2p(src, dst, capability, "ok" if can else "not_supported", file)
-        if result.can_access:
-            # CUDA's "can access peer" also holds for P2P over PCIe, so it covers no NVLink P2P check.
-            self.unknown.setdefault(
-                "p2p",
-                f"{file} (p2pBandwidthLatencyTest) states CUDA peer access, which P2P over PCIe also grants, not "
-                "NVLink P2P capability; add `nvidia-smi topo -p2p n` output",
-            )
-        source = f"p2pBandwidthLatencyTest: {file}"
-        for kind in ("unidirectional", "bidirectional", "latency"):
-            matrix = result.matrices.get((kind, True))
-            for (row, col), value in sorted((matrix or {}).items()):
-                if row == col:
-                    continue
-                src, dst = (row, col) if result.data_flows_row_to_column else (col, row)
-                unit = "us" if kind == "latency" else "GB/s"
-                self.p2p_measurements.append(
-                    P2PMeasurement(
-                        src,
-                        dst,
-                        kind,
-                        value,
-                        unit,
-                        can_access_peer=result.can_access.get((src, dst)),
-                        error=None if value is not None else "not a number in the output",
-                        source=source,
-                    )
-                )
-            if matrix:
-                self._note("p2p_bandwidth", file)
-
-    def add_nvbandwidth(self, result: NvbandwidthResult, file: str) -> None:
-        gpu_cases = [c for c in result.testcases.values() if c.row_kind == c.column_kind == "GPU"]
-        if result.devices:
-            self._count(len(result.devices), file)
-        elif gpu_cases:
-            self._count(_case_size(gpu_cases[0]), file)
-        for index, name in result.devices.items():
-            self._gpu_fact(index, "name", name, file)
-        for case in gpu_cases:
-            self._add_nvbandwidth_case(case, file)
-
-    def _add_nvbandwidth_case(self, case: Testcase, file: str) -> None:
-        if "device_to_device" not in case.name:
-            return
-        if case.unit == "ns":
-            kind, unit, scale = "latency", "us", 1e-3
-        else:
-            kind, unit, scale = ("bidirectional" if case.bidirectional else "unidirectional"), "GB/s", 1.0
-        # Newer versions print per-direction matrices and a "Total" (the sum, judged); a bidirectional testcase
-        # with one matrix only reports each direction, which the judge doubles to compare with the sum floor.
-        summed = ("total" in case.title.lower().split()) if kind == "bidirectional" else None
-        for (row, col), value in sorted(case.matrix.items()):
-            if row == col:
-                continue
-            src, dst = case.source_and_destination(row, col)
-            self.p2p_measurements.append(
-                P2PMeasurement(
-                    src,
-                    dst,
-                    kind,
-                    None if value is None else value * scale,
-                    unit,
-                    error="nvbandwidth printed N/A" if value is None else None,
-                    source=f"nvbandwidth {case.name}: {file}",
-                    bidirectional_sum=summed,
-                )
-            )
-        self._note("p2p_bandwidth", file)
-
-    def add_nccl_tests(self, result: NcclTestsResult, file: str) -> None:
-        if len(result.hosts) == 1:
-            # Device lines of a single-host run name real GPUs of this node; a subset is possible (-g 4).
-            self._host(result.hosts[0], file)
-            self.lower_bounds.append((max(d.device for d in result.devices) + 1, file))
-            self._note("inventory", file)
-            for device in result.devices:
-                self._gpu_fact(device.device, "name", device.name, file)
-        for row in result.rows:
-            timing, in_place = row.out_of_place, row.in_place
-            wrongs = [timing.wrong, in_place.wrong]
-            correct = None if None in wrongs else all(w == 0 for w in wrongs)
-            self.collectives.append(
-                CollectiveMeasurement(
-                    op=result.op or "unknown",
-                    size_bytes=row.size_bytes,
-                    world_size=result.nranks or 0,
-                    time_us=timing.time_us,
-                    algbw_gbps=timing.algbw_gbps,
-                    busbw_gbps=timing.busbw_gbps,
-                    correct=correct,
-                    backend="nccl",
-                    source=f"nccl-tests: {file}",
-                    rank_gpus=_rank_gpus(result),
-                )
-            )
-        self._note("collectives", file)
-
-    def add_smi_query(self, result: SmiQuery, file: str) -> list[str]:
-        """Inventory, PCIe link and fabric facts of ``nvidia-smi -q``; returns notes for the coverage list."""
-        notes: list[str] = []
-        if result.driver_version:
-            self._agree(self.node_facts, "driver_version", result.driver_version, file, "driver version")
-        if result.complete:
-            self._count(len(result.gpus), file)
-        for gpu in result.gpus:
-            index = gpu.ordinal if result.complete else _int_or_none(gpu.get("minor_number"))
-            if index is None:
-                notes.append(f"GPU {gpu.bus_id}: not every GPU is in the file and no Minor Number; not read")
-                continue
-            if not result.complete:
-                notes.append(f"GPU {gpu.bus_id} taken as GPU {index} from its Minor Number (partial nvidia-smi -q)")
-                self.lower_bounds.append((index + 1, file))
-                self._note("inventory", file)
-            self._add_smi_gpu(index, gpu, file)
-        return notes
-
-    def _add_smi_gpu(self, index: int, gpu: SmiGpu, file: str) -> None:
-        self._gpu_fact(index, "name", gpu.get("name"), file)
-        self._gpu_fact(index, "uuid", gpu.get("uuid"), file)
-        self._gpu_fact(index, "pci_bus_id", normalize_pci_bus_id(gpu.bus_id), file)
-        self._note("platform", file)
-        for key in _SMI_GPU_KEYS[1:]:
-            self._gpu_fact(index, key, _int_or_none((gpu.get(key) or "").removesuffix("x")), file)
-        fabric = _smi_fabric(gpu)
-        if fabric is not None:
-            self._gpu_fact(index, "fabric", fabric, file)
+    # --- facts of runs over several hosts, failed runs, NCCL logs and snapshots ---------------------
 
     def add_named_gpu(self, index: int, name: str, pci_bus_id: str | None, file: str) -> None:
         """A GPU that a run over several hosts names (nvbandwidth's "Process N (host): device M" lines)."""
-        self.lower_bounds.append((index + 1, file))
-        self._note("inventory", file)
-        self._gpu_fact(index, "name", name, file)
+        self.lower_bound(index + 1, file)
+        self.gpu_fact(index, "name", name, file)
         if pci_bus_id is not None:
-            self._gpu_fact(index, "pci_bus_id", normalize_pci_bus_id(pci_bus_id), file)
+            self.gpu_fact(index, "pci_bus_id", normalize_pci_bus_id(pci_bus_id), file)
 
     def add_failed_collective(self, op: str, world_size: int, error: str, file: str) -> None:
         """A collective run that produced no figure at all (hung, killed): evidence of failure, not absence."""
@@ -351,12 +194,12 @@ class Merger:
                 source=f"nccl-tests: {file}",
             )
         )
-        self._note("collectives", file)
+        self.note("collectives", file)
 
     def add_nccl_audit(self, audit: NcclAudit, files: list[str]) -> None:
         self.nccl = audit
         for file in files:
-            self._note("nccl_transport", file)
+            self.note("nccl_transport", file)
 
     def add_snapshot(self, node: Node, file: str) -> None:
         """Register the snapshot's facts that text files can also state; ``build`` carries all the rest."""
@@ -364,24 +207,23 @@ class Merger:
             raise EvidenceError(f"{file}: only one snapshot per evidence set ({self.snapshot_node[1]} is another)")
         self.snapshot_node = (node, file)
         if node.gpu_list is None or node.gpu_list.complete:
-            self._count(len(node.gpus), file)
+            self.count(len(node.gpus), file)
         else:
-            self.lower_bounds.append((max((gpu.index for gpu in node.gpus), default=-1) + 1, file))
-            self._note("inventory", file)
+            self.lower_bound(max((gpu.index for gpu in node.gpus), default=-1) + 1, file)
         if node.host is not None:
-            self._host(node.host, file)
+            self.host(node.host, file)
         for gpu in node.gpus:
             for key in ("name", "uuid", "numa_node", "cpu_affinity"):
-                self._gpu_fact(gpu.index, key, getattr(gpu, key), file)
+                self.gpu_fact(gpu.index, key, getattr(gpu, key), file)
         for pair in node.paths or []:
-            self._path(pair.a, pair.b, pair.path, file)
+            self.path(pair.a, pair.b, pair.path, file)
         for status in node.p2p or []:
             for capability in ("read", "write", "nvlink", "atomics"):
                 value = status.get(capability)
                 if value is not None:
-                    self._p2p(status.src, status.dst, capability, value, file)
+                    self.p2p_status(status.src, status.dst, capability, value, file)
         for family in _snapshot_families(node):
-            self._note(family, file)
+            self.note(family, file)
 
     # --- result ----------------------------------------------------------------------------------
 
@@ -438,7 +280,7 @@ class Merger:
         numa = values.get("numa_node")
         gpu.numa_node = numa if isinstance(numa, int) else None
         gpu.nvlinks = self._build_links(facts)
-        for key in _SMI_GPU_KEYS:
+        for key in SMI_GPU_KEYS:
             if key in values:  # nvidia-smi -q only
                 setattr(gpu, key, values[key])
         fabric = values.get("fabric")
@@ -497,14 +339,6 @@ def _snapshot_families(node: Node) -> list[str]:
     return [family for family, present in held.items() if present]
 
 
-def _square(matrices: dict[tuple[str, bool], dict[tuple[int, int], float | None]]) -> int:
-    return max((max(a for a, _ in m) + 1 for m in matrices.values() if m), default=0)
-
-
-def _case_size(case: Testcase) -> int:
-    return max(max(a, b) for a, b in case.matrix) + 1
-
-
 def _str_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -521,48 +355,3 @@ def _bus_or_none(value: object) -> str | None:
         return normalize_pci_bus_id(value)
     except ValueError:
         return None  # a device type word ("Switch") rather than a bus id
-
-
-def _rank_gpus(result: NcclTestsResult) -> list[int] | None:
-    """The device of each rank from '# Using devices' lines of a one-host run, when every rank is listed.
-
-    Devices are CUDA numbers, taken as nvidia-smi's order like every CUDA-numbered evidence file.
-    """
-    ranks = sorted(result.devices, key=lambda d: d.rank)
-    if len(result.hosts) != 1 or [d.rank for d in ranks] != list(range(result.nranks or 0)):
-        return None
-    devices = [d.device for d in ranks]
-    buses = {d.bus.lower() for d in ranks}
-    if len(set(devices)) < len(devices) and len(buses) == len(ranks):
-        # One process per rank, each with its own CUDA_VISIBLE_DEVICES (Slurm --gpus-per-task=1), numbers
-        # every GPU 0: distinct bus ids say the ranks ran on distinct GPUs, but not which node GPU each was,
-        # so only the rank count is judged.
-        return None
-    return devices
-
-
-def _int_or_none(value: object) -> int | None:
-    if isinstance(value, int):
-        return value
-    return int(value) if isinstance(value, str) and value.strip().isdigit() else None
-
-
-def _snake(value: str) -> str:
-    return re.sub(r"\W+", "_", value.strip().lower()).strip("_")
-
-
-def _smi_fabric(gpu: SmiGpu) -> FabricInfo | None:
-    """The Fabric section as the model spells NVML's fabric info; None where the section is absent."""
-    state = gpu.get("fabric_state")
-    if state is None:
-        return None
-    bandwidth = (gpu.get("health_bandwidth") or "").lower()
-    clique = gpu.get("clique_id")
-    return FabricInfo(
-        state=_snake(state),
-        status=_snake(gpu.get("fabric_status") or "") or None,
-        clique_id=int(clique, 0) if clique and re.fullmatch(r"0x[0-9a-fA-F]+|\d+", clique) else None,
-        cluster_uuid=gpu.get("cluster_uuid"),
-        degraded_bandwidth=True if "degraded" in bandwidth else False if bandwidth == "full" else None,
-        health_summary=_snake(gpu.get("health_summary") or "") or None,
-    )

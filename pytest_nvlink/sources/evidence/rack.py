@@ -21,33 +21,17 @@ from pytest_nvlink.core.values import evidence_value_error
 from pytest_nvlink.model import GpuList, Measurements, Node, P2PMeasurement
 from pytest_nvlink.model.document import snapshot_document
 from pytest_nvlink.model.trays import Tray, TrayProbe, merge_trays, read_trays
-from pytest_nvlink.sources.evidence.load import (
-    FAMILIES,
-    Loaded,
-    Pending,
-    absorb,
-    absorb_nccl_logs,
-    detect_all,
-    parse_loaded,
-)
+from pytest_nvlink.sources.evidence.families import FAMILIES
 from pytest_nvlink.sources.evidence.merge import EvidenceConflict, EvidenceError, Merger
-from pytest_nvlink.sources.evidence.parsers import detect, nccl_log
+from pytest_nvlink.sources.evidence.parsers import nccl_log, nccl_tests, nvbandwidth
 from pytest_nvlink.sources.evidence.parsers.nccl_tests import NcclTestsResult
 from pytest_nvlink.sources.evidence.parsers.nvbandwidth import NvbandwidthResult
+from pytest_nvlink.sources.evidence.parts import absorb, detect_all, merge_later, parse_loaded
+from pytest_nvlink.sources.evidence.read import Loaded, Pending
 
-__all__ = ["is_rack_evidence", "load_rack"]
+__all__ = ["load_rack"]
 
 _LINE_SUFFIX = re.compile(r" \(line \d+\)$")  # the part of a file: provenance names the file
-_PROCESS_HOST = re.compile(r"^\s*Process\s+\d+\s*\(([^()\s]+)\)", re.MULTILINE)
-
-
-def is_rack_evidence(texts: Sequence[str]) -> bool:
-    """Whether the files come from several hosts: ``host:`` lines or nvbandwidth processes name more than one."""
-    hosts: set[str] = set()
-    for text in texts:
-        hosts.update(part.host for part in detect.split_hosts(text) if part.host is not None)
-        hosts.update(_PROCESS_HOST.findall(text))
-    return len(hosts) > 1
 
 
 @dataclass
@@ -63,9 +47,11 @@ class _Rack:
     ranks_from: str = ""
 
 
-def load_rack(files: list[Loaded], pending: Pending) -> Node:
-    """One node for the rack: every tray's facts renumbered as the launcher numbers them, and the rack's runs."""
-    sections = [piece for loaded in files for piece in _host_sections(loaded)]
+def load_rack(sections: list[Loaded], pending: Pending) -> Node:
+    """One node for the rack: every tray's facts renumbered as the launcher numbers them, and the rack's runs.
+
+    ``sections`` are the files already cut at their ``host: NAME`` lines (:func:`.hosts.host_sections`).
+    """
     rack = _Rack()
     unplaced: list[tuple[str, Loaded]] = []
     for kind, loaded in detect_all(sections):
@@ -91,36 +77,20 @@ def load_rack(files: list[Loaded], pending: Pending) -> Node:
 # --- reading ---------------------------------------------------------------------------------------
 
 
-def _host_sections(loaded: Loaded) -> list[Loaded]:
-    parts = detect.split_hosts(loaded.text)
-    if len(parts) == 1 and parts[0].host is None:
-        return [loaded]
-    return [
-        Loaded(f"{loaded.file} (line {part.start_line})", part.text, loaded.file, part.start_line, part.host)
-        for part in parts
-        if part.host is not None or not _only_comments(part.text)
-    ]
-
-
-def _only_comments(text: str) -> bool:
-    """A file's own header ("# source: ...") before its first "host:" line is no tool output."""
-    return all(line.lstrip().startswith("#") for line in text.splitlines() if line.strip())
-
-
 def _read_rack_wide(kind: str, loaded: Loaded, rack: _Rack) -> bool:
     """Keep an output of a run over the rack; False for one host's own output."""
-    if kind == detect.NCCL_LOG:
+    if kind == nccl_log.KIND:
         parse_loaded(kind, loaded)  # an error names this file, not the merged logs
         rack.nccl_logs.append(loaded)
         return True
-    if kind == detect.NVBANDWIDTH:
+    if kind == nvbandwidth.KIND:
         result = parse_loaded(kind, loaded)
         assert isinstance(result, NvbandwidthResult)
         if result.processes:
             rack.nvbandwidth.append((result, loaded))
             _take_ranks(rack, {p.process: p.host for p in result.processes.values()}, loaded.name)
             return True
-    if kind == detect.NCCL_TESTS:
+    if kind == nccl_tests.KIND:
         result = parse_loaded(kind, loaded)
         assert isinstance(result, NcclTestsResult)
         if len(result.hosts) > 1:
@@ -193,9 +163,7 @@ def _tray_node(host: str, rack: _Rack, pending: Pending) -> Node:
     merger = Merger()
     for kind, loaded in rack.trays.get(host, []):
         absorb(kind, loaded, merger, pending)
-    if pending.nccl_logs:  # an nccl-tests run of this tray alone, with its INFO lines
-        absorb_nccl_logs(pending.nccl_logs, merger)
-        pending.nccl_logs.clear()
+    merge_later(merger, pending)  # e.g. an nccl-tests run of this tray alone, with its INFO lines
     for result, loaded in rack.nvbandwidth:
         for process in result.processes.values():
             if process.host == host:
@@ -229,15 +197,15 @@ def _measurements(rack: _Rack, trays: Sequence[Tray]) -> Measurements:
     }
     merger = Merger()
     for result, loaded in rack.nvbandwidth:
-        merger.add_nvbandwidth(_renumbered(result, gpu_of, loaded), loaded.name)
+        nvbandwidth.add(merger, _renumbered(result, gpu_of, loaded), loaded.name)
     for run, loaded in rack.nccl_tests:
         before = len(merger.collectives)
-        merger.add_nccl_tests(run, loaded.name)
+        nccl_tests.add(merger, run, loaded.name)
         rank_gpus = _rank_gpus(run, gpu_of)
         for index in range(before, len(merger.collectives)):
             merger.collectives[index] = dataclasses.replace(merger.collectives[index], rank_gpus=rank_gpus)
     if rack.nccl_logs:
-        absorb_nccl_logs(rack.nccl_logs, merger)
+        nccl_log.merge_logs(merger, rack.nccl_logs)
     p2p = [*merger.p2p_measurements, *_tray_pairs(trays)]
     return Measurements(p2p=p2p, collectives=list(merger.collectives), nccl=merger.nccl)
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pytest_nvlink.model import MnnvlClique, NcclAudit, NcclRank, TransportChannel
+from pytest_nvlink.sources.evidence.merge import EvidenceError, Merger
 from pytest_nvlink.sources.evidence.parsers.common import ParseError, bad_line, split_lines
+from pytest_nvlink.sources.evidence.parsers.registry import Format, Text, register
 
 # ``search``, not ``match``: NCCL >= 2.23 may put a timestamp before the host (NCCL_DEBUG_TIMESTAMP_FORMAT,
 # on by default for WARN). Between ``[dev]`` and ``NCCL`` come, each optional, a TRACE time in ms, the
@@ -338,3 +340,47 @@ def _channel(msg: str, raw: str, line_no: int) -> Channel:
     word = re.split(r"[/\s]", detail, maxsplit=1)[0].upper()
     transport = _TRANSPORTS.get(word, word)
     return Channel(int(channel), int(src), int(src_dev), int(dst), int(dst_dev), transport, detail, direction)
+
+
+# --- the evidence format: how this output is told apart and merged ----------------------------------
+
+KIND = "nccl_log"
+# An NCCL log with its "host:pid:tid [dev]" prefix grepped away or replaced by a timestamp.
+_STRIPPED_LOG = re.compile(
+    r"^\s*(?:\[[\d\- :T.,]+\]\s*)?(?:\[\d+\]\s+)?(?:[\w.]+:\d+(?:\s+\(\w+\))?\s+)?NCCL\s+(?:INFO|WARN)\s", re.MULTILINE
+)
+
+
+def _detect(text: str) -> str | None:
+    # (?<!\S): the host name starts a token; otherwise a long line without blanks costs quadratic time.
+    if re.search(r"(?<!\S)\S+:\d+:\d+\s+\[\d+\]\s+(?:\S+:\d+\s+)?NCCL\s+(?:INFO|WARN)", text) or _STRIPPED_LOG.search(
+        text
+    ):
+        return KIND
+    return None
+
+
+def merge_logs(merger: Merger, logs: Sequence[Text]) -> None:
+    """All logs as one NCCL audit: one log per rank is common, and ranks are only whole together."""
+    for log in logs:  # parse one by one first, so that an error names its file
+        try:
+            parse(log.text)
+        except ParseError as exc:
+            raise EvidenceError(f"{log.where(exc.line_no)}: {exc.message} (read as {KIND})") from None
+    names = ", ".join(log.name for log in logs)
+    merged = parse_many([log.text for log in logs])
+    merger.add_nccl_audit(to_audit(merged, names), [log.name for log in logs])
+
+
+FORMAT = register(
+    Format(
+        name=KIND,
+        kinds=(KIND,),
+        order=70,
+        detect=_detect,
+        parse=parse,
+        families=("nccl_transport",),
+        label="an NCCL_DEBUG=INFO log",
+        merge_together=merge_logs,
+    )
+)

@@ -11,8 +11,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from pytest_nvlink.model import CollectiveMeasurement
 from pytest_nvlink.sources.evidence.parsers.common import ParseError, bad_line, parse_float, parse_int, split_lines
+from pytest_nvlink.sources.evidence.parsers.registry import Format, Into, register
+
+if TYPE_CHECKING:
+    from pytest_nvlink.sources.evidence.merge import Merger
 
 # Binary name stem -> collective name as the model spells it (others keep their own name).
 OP_NAMES: dict[str, str] = {
@@ -335,3 +341,125 @@ def _ranks_fitting(op: str, ratio: float, nranks: int | None) -> int | None:
         return None
     solved = round(scale / (scale - ratio))
     return solved if solved >= 2 and abs(factor(solved) - ratio) <= 0.01 * ratio else None
+
+
+# --- the evidence format: how this output is told apart and merged ----------------------------------
+
+KIND = "nccl_tests"
+_M = re.MULTILINE
+
+
+def _detect(text: str) -> str | None:
+    if re.search(
+        r"^\s*#\s*nThread\s+\d+\s+nGpus|Avg bus bandwidth\s*:|Collective test starting:"
+        r"|^\s*#\s*Rank\s+\d+\s+Group\s+\d+\s+Pid",
+        text,
+        _M,
+    ):
+        return KIND
+    # Without the header block: the column header or the binary's command line, then a result row.
+    start = re.search(r"^\s*#\s*size\s+count\s+type\b|\b[a-z_]+_perf\b", text, _M)
+    if start is not None and re.search(r"^\s*\d+\s+\d+\s+[a-z]\w*\s+\S+", text[start.end() :], _M) is not None:
+        return KIND
+    return None
+
+
+def _has_rows(lines: list[str]) -> bool:
+    """nccl-tests prints several header lines; only one after result rows starts a second run."""
+    return any(re.match(r"\s*\d+\s+\d+\s+[a-z]\w*\s+\S+", line) for line in lines)
+
+
+def _merge(into: Into, result: NcclTestsResult) -> None:
+    if not result.rows:
+        _merge_hung_run(into, result)
+        return
+    if result.op is None:
+        candidates = " or ".join(result.op_candidates) or "any collective"
+        into.note(
+            f"nccl-tests rows without the test name: the collective could be {candidates}; its bandwidth is "
+            "not judged (keep the '# Collective test starting' or command line to judge it)",
+        )
+    elif result.inferred:
+        into.note(f"nccl-tests header trimmed: {result.inferred}")
+    if result.nranks is None:
+        into.note(
+            "nccl-tests output without '# Using devices' rank lines, '# nThread ... nGpus' header or NCCL INFO "
+            "rank lines: the number of ranks is unknown, so its bandwidth is not judged",
+        )
+    if result.op is not None and result.nranks is not None:
+        add(into.merger, result, into.part.name)
+    # A run with NCCL_DEBUG=INFO also shows which transports NCCL picked.
+    if re.search(r"NCCL\s+INFO\s+Channel\s+\d+.*\bvia\b", into.part.text):
+        into.merge_later("nccl_log")  # by kind, not by import, so that formats stay one module each
+
+
+def _merge_hung_run(into: Into, result: NcclTestsResult) -> None:
+    """Banner and column header but no row: the run hung or was killed, which is a failed run."""
+    error = "the nccl-tests run printed its header and no result row (it hung or was killed)"
+    into.note(f"{error}; judged as a failed {result.op or 'collective'} run")
+    if result.op is not None:
+        into.merger.add_failed_collective(result.op, result.nranks or 0, error, into.part.name)
+
+
+def add(merger: Merger, result: NcclTestsResult, file: str) -> None:
+    """The run's rows as collective measurements; a one-host run also names GPUs of the node."""
+    if len(result.hosts) == 1:
+        # Device lines of a single-host run name real GPUs of this node; a subset is possible (-g 4).
+        merger.host(result.hosts[0], file)
+        merger.lower_bound(max(d.device for d in result.devices) + 1, file)
+        for device in result.devices:
+            merger.gpu_fact(device.device, "name", device.name, file)
+    for row in result.rows:
+        timing, in_place = row.out_of_place, row.in_place
+        wrongs = [timing.wrong, in_place.wrong]
+        correct = None if None in wrongs else all(w == 0 for w in wrongs)
+        merger.collectives.append(
+            CollectiveMeasurement(
+                op=result.op or "unknown",
+                size_bytes=row.size_bytes,
+                world_size=result.nranks or 0,
+                time_us=timing.time_us,
+                algbw_gbps=timing.algbw_gbps,
+                busbw_gbps=timing.busbw_gbps,
+                correct=correct,
+                backend="nccl",
+                source=f"nccl-tests: {file}",
+                rank_gpus=_rank_gpus(result),
+            )
+        )
+    merger.note("collectives", file)
+
+
+def _rank_gpus(result: NcclTestsResult) -> list[int] | None:
+    """The device of each rank from '# Using devices' lines of a one-host run, when every rank is listed.
+
+    Devices are CUDA numbers, taken as nvidia-smi's order like every CUDA-numbered evidence file.
+    """
+    ranks = sorted(result.devices, key=lambda d: d.rank)
+    if len(result.hosts) != 1 or [d.rank for d in ranks] != list(range(result.nranks or 0)):
+        return None
+    devices = [d.device for d in ranks]
+    buses = {d.bus.lower() for d in ranks}
+    if len(set(devices)) < len(devices) and len(buses) == len(ranks):
+        # One process per rank, each with its own CUDA_VISIBLE_DEVICES (Slurm --gpus-per-task=1), numbers
+        # every GPU 0: distinct bus ids say the ranks ran on distinct GPUs, but not which node GPU each was,
+        # so only the rank count is judged.
+        return None
+    return devices
+
+
+FORMAT = register(
+    Format(
+        name=KIND,
+        kinds=(KIND,),
+        order=50,
+        detect=_detect,
+        parse=parse,
+        families=("inventory", "collectives"),
+        label="nccl-tests",
+        merge=_merge,
+        start=re.compile(r"^\s*#\s*(?:nccl-tests version|Collective test starting|nThread\s+\d+|size\s+count\s+type)"),
+        continues=lambda so_far: not _has_rows(so_far),
+        commands=(r"\w+_perf\b",),
+    )
+)

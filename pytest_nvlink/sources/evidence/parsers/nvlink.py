@@ -11,11 +11,13 @@ import re
 from dataclasses import dataclass, field
 
 from pytest_nvlink.sources.evidence.parsers.common import ParseError, bad_line, parse_float, parse_int, split_lines
+from pytest_nvlink.sources.evidence.parsers.registry import Format, Into, register
 
 STATUS = "nvlink_status"
 ERRORS = "nvlink_errors"
 CAPS = "nvlink_caps"
 REMOTE = "nvlink_remote"
+MIXED = "nvlink_mixed"  # several nvidia-smi nvlink options captured into one file
 
 _GPU_HEADER = re.compile(r"GPU\s+(\d+):\s*(.*?)\s*(?:\(UUID:\s*([^)\s]+)\s*\))?\s*")
 _BANNER = re.compile(r"={3,}.*={3,}|-{3,}")
@@ -78,7 +80,7 @@ class NvlinkReport:
     @property
     def kind(self) -> str:
         """The single output kind, or "nvlink_mixed" for concatenated outputs of several options."""
-        return next(iter(self.kinds)) if len(self.kinds) == 1 else "nvlink_mixed"
+        return next(iter(self.kinds)) if len(self.kinds) == 1 else MIXED
 
     def gpu(self, index: int) -> GpuLinks | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -222,3 +224,65 @@ def _set_counter(gpu: _GpuBuilder, match: re.Match[str], raw: str, line_no: int)
     count = parse_int(value)
     if key is not None and count is not None:
         link.errors[key] = count
+
+
+# --- the evidence format: how this output is told apart and merged ----------------------------------
+
+_M = re.MULTILINE
+# The view of a file: the first that matches, in this order, when only one does.
+_VIEW_LINES = {
+    STATUS: re.compile(r"^\s*Link\s+\d+:\s*(?:[\d.]+\s*GB/s|<\s*inactive\s*>)|all\s+links\s+are\s+inactive", _M | re.I),
+    REMOTE: re.compile(r"^\s*Link\s+\d+:\s*Remote\s+Device", _M),
+    CAPS: re.compile(r"^\s*Link\s+\d+\s*,.*:\s*(?:true|false)\s*$", _M | re.I),
+    ERRORS: re.compile(r"^\s*Link\s+\d+:\s*(?!Remote)[A-Za-z][^:]*:\s*\S+\s*$", _M),
+}
+
+
+def _detect(text: str) -> str | None:
+    if not re.search(r"^\s*GPU\s+\d+:.*\(UUID:", text, _M):
+        return None
+    found = [kind for kind, pattern in _VIEW_LINES.items() if pattern.search(text)]
+    if not found:
+        return None
+    return found[0] if len(found) == 1 else MIXED
+
+
+def _merge(into: Into, report: NvlinkReport) -> None:
+    merger, file = into.merger, into.part.name
+    merger.lower_bound(max(g.index for g in report.gpus) + 1, file)
+    for gpu in report.gpus:
+        merger.gpu_fact(gpu.index, "name", gpu.name, file)
+        merger.gpu_fact(gpu.index, "uuid", gpu.uuid, file)
+        if gpu.all_inactive:
+            merger.links_inactive(gpu.index, file)
+        for link in gpu.links:
+            merger.link(
+                gpu.index,
+                link.link,
+                file,
+                active=link.active,
+                speed_gbps=link.speed_gbps,
+                remote=link.remote,
+                errors=link.errors,
+            )
+    if report.kinds - {ERRORS}:
+        merger.note("nvlinks", file)
+    if ERRORS in report.kinds:
+        merger.note("nvlink_errors", file)
+
+
+FORMAT = register(
+    Format(
+        name="nvlink",
+        kinds=(STATUS, ERRORS, CAPS, REMOTE, MIXED),
+        order=60,
+        detect=_detect,
+        parse=parse,
+        families=("inventory", "nvlinks", "nvlink_errors"),
+        label="nvidia-smi nvlink -s/-e/-c/-R",
+        merge=_merge,
+        start=re.compile(r"^\s*GPU\s+\d+:.*\(UUID:"),
+        continues=lambda _so_far: True,  # nvidia-smi nvlink prints one such block per GPU
+        commands=(r"nvidia-smi\b",),
+    )
+)

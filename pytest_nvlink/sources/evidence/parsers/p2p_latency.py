@@ -12,7 +12,9 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from pytest_nvlink.model import P2PMeasurement
 from pytest_nvlink.sources.evidence.parsers.common import ParseError, bad_line, split_lines
+from pytest_nvlink.sources.evidence.parsers.registry import Format, Into, register
 
 _DEVICE = re.compile(
     r"Device:\s*(\d+),\s*(.+?),\s*pciBusID:\s*([0-9a-fA-F]+),\s*pciDeviceID:\s*([0-9a-fA-F]+),"
@@ -146,3 +148,81 @@ def _check_sizes(out: _Builder) -> None:
             raise ParseError(f"the {name} matrix covers devices {sorted(rows)}, the device list {sorted(expected)}")
         if len(pairs) != len(rows) ** 2:
             raise ParseError(f"the {name} matrix is not square ({len(pairs)} cells for {len(rows)} devices)")
+
+
+# --- the evidence format: how this output is told apart and merged ----------------------------------
+
+KIND = "p2p_bandwidth_latency"
+
+
+def _detect(text: str) -> str | None:
+    if re.search(r"Peer-to-Peer\) GPU Bandwidth Latency Test|Access Peer Device=|P2P=(?:Enabled|Disabled)", text):
+        return KIND
+    return None
+
+
+def _merge(into: Into, result: P2PLatencyResult) -> None:
+    merger, file = into.merger, into.part.name
+    count = result.gpu_count or _square(result.matrices)
+    if count:
+        merger.count(count, file)
+    for device in result.devices:
+        merger.gpu_fact(device.index, "name", device.name, file)
+    for (src, dst), can in result.can_access.items():
+        for capability in ("read", "write"):
+            merger.p2p_status(src, dst, capability, "ok" if can else "not_supported", file)
+    if result.can_access:
+        # CUDA's "can access peer" also holds for P2P over PCIe, so it covers no NVLink P2P check.
+        merger.unknown_reason(
+            "p2p",
+            f"{file} (p2pBandwidthLatencyTest) states CUDA peer access, which P2P over PCIe also grants, not "
+            "NVLink P2P capability; add `nvidia-smi topo -p2p n` output",
+        )
+    for kind in ("unidirectional", "bidirectional", "latency"):
+        matrix = result.matrices.get((kind, True))
+        merger.p2p_measurements.extend(_measurements(result, kind, matrix or {}, file))
+        if matrix:
+            merger.note("p2p_bandwidth", file)
+
+
+def _measurements(
+    result: P2PLatencyResult, kind: str, matrix: dict[tuple[int, int], float | None], file: str
+) -> list[P2PMeasurement]:
+    found = []
+    for (row, col), value in sorted(matrix.items()):
+        if row == col:
+            continue
+        src, dst = (row, col) if result.data_flows_row_to_column else (col, row)
+        found.append(
+            P2PMeasurement(
+                src,
+                dst,
+                kind,
+                value,
+                "us" if kind == "latency" else "GB/s",
+                can_access_peer=result.can_access.get((src, dst)),
+                error=None if value is not None else "not a number in the output",
+                source=f"p2pBandwidthLatencyTest: {file}",
+            )
+        )
+    return found
+
+
+def _square(matrices: dict[tuple[str, bool], dict[tuple[int, int], float | None]]) -> int:
+    return max((max(a for a, _ in m) + 1 for m in matrices.values() if m), default=0)
+
+
+FORMAT = register(
+    Format(
+        name="p2p_latency",
+        kinds=(KIND,),
+        order=40,
+        detect=_detect,
+        parse=parse,
+        families=("inventory", "p2p_bandwidth"),
+        label="p2pBandwidthLatencyTest",
+        merge=_merge,
+        start=re.compile(r"^\s*\[P2P \(Peer-to-Peer\) GPU Bandwidth Latency Test\]"),
+        commands=(r"p2pBandwidthLatencyTest\b",),
+    )
+)

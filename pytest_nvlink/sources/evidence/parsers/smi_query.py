@@ -13,7 +13,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from pytest_nvlink.model import FabricInfo, normalize_pci_bus_id
+from pytest_nvlink.sources.evidence.merge import SMI_GPU_KEYS
 from pytest_nvlink.sources.evidence.parsers.common import ParseError, bad_line, split_lines
+from pytest_nvlink.sources.evidence.parsers.registry import Format, Into, register
 
 _GPU_HEADER = re.compile(r"GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])")
 _KEY_VALUE = re.compile(r"([A-Za-z][\w ./()-]*?)\s*:\s*(.*)")
@@ -131,3 +134,91 @@ def _read_top_level(key: str, value: str, raw: str, line_no: int, out: _Builder)
     else:
         return False
     return True
+
+
+# --- the evidence format: how this output is told apart and merged ----------------------------------
+
+KIND = "nvidia_smi_q"
+_M = re.MULTILINE
+
+
+def _detect(text: str) -> str | None:
+    if re.search(r"NVSMI LOG|^\s*Attached GPUs\s*:", text, _M) or re.search(
+        r"^\s*GPU\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$", text, _M
+    ):
+        return KIND
+    return None
+
+
+def _merge(into: Into, result: SmiQuery) -> None:
+    """Inventory, PCIe link and fabric facts; a GPU that cannot be placed is a note, not a guess."""
+    merger, file = into.merger, into.part.name
+    if result.driver_version:
+        merger.node_fact("driver_version", result.driver_version, file, "driver version")
+    if result.complete:
+        merger.count(len(result.gpus), file)
+    for gpu in result.gpus:
+        index = gpu.ordinal if result.complete else _int_or_none(gpu.get("minor_number"))
+        if index is None:
+            into.note(f"GPU {gpu.bus_id}: not every GPU is in the file and no Minor Number; not read")
+            continue
+        if not result.complete:
+            into.note(f"GPU {gpu.bus_id} taken as GPU {index} from its Minor Number (partial nvidia-smi -q)")
+            merger.lower_bound(index + 1, file)
+        _merge_gpu(into, index, gpu)
+
+
+def _merge_gpu(into: Into, index: int, gpu: SmiGpu) -> None:
+    merger, file = into.merger, into.part.name
+    merger.gpu_fact(index, "name", gpu.get("name"), file)
+    merger.gpu_fact(index, "uuid", gpu.get("uuid"), file)
+    merger.gpu_fact(index, "pci_bus_id", normalize_pci_bus_id(gpu.bus_id), file)
+    merger.note("platform", file)
+    for key in SMI_GPU_KEYS[1:]:
+        merger.gpu_fact(index, key, _int_or_none((gpu.get(key) or "").removesuffix("x")), file)
+    fabric = _fabric(gpu)
+    if fabric is not None:
+        merger.gpu_fact(index, "fabric", fabric, file)
+
+
+def _int_or_none(value: object) -> int | None:
+    if isinstance(value, int):
+        return value
+    return int(value) if isinstance(value, str) and value.strip().isdigit() else None
+
+
+def _snake(value: str) -> str:
+    return re.sub(r"\W+", "_", value.strip().lower()).strip("_")
+
+
+def _fabric(gpu: SmiGpu) -> FabricInfo | None:
+    """The Fabric section as the model spells NVML's fabric info; None where the section is absent."""
+    state = gpu.get("fabric_state")
+    if state is None:
+        return None
+    bandwidth = (gpu.get("health_bandwidth") or "").lower()
+    clique = gpu.get("clique_id")
+    return FabricInfo(
+        state=_snake(state),
+        status=_snake(gpu.get("fabric_status") or "") or None,
+        clique_id=int(clique, 0) if clique and re.fullmatch(r"0x[0-9a-fA-F]+|\d+", clique) else None,
+        cluster_uuid=gpu.get("cluster_uuid"),
+        degraded_bandwidth=True if "degraded" in bandwidth else False if bandwidth == "full" else None,
+        health_summary=_snake(gpu.get("health_summary") or "") or None,
+    )
+
+
+FORMAT = register(
+    Format(
+        name="smi_query",
+        kinds=(KIND,),
+        order=20,
+        detect=_detect,
+        parse=parse,
+        families=("inventory", "platform"),
+        label="nvidia-smi -q",
+        merge=_merge,
+        start=re.compile(r"^\s*=+\s*NVSMI LOG\s*=+\s*$"),
+        commands=(r"nvidia-smi\b",),
+    )
+)

@@ -1,4 +1,4 @@
-"""Parser for ``nvidia-smi topo -m`` / ``topo -mp`` path matrices and ``topo -p2p <cap>`` status matrices.
+"""Parser for ``nvidia-smi topo -m`` / ``topo -mp`` path matrices, and the table reading ``topo -p2p`` shares.
 
 Both print one header line of device columns and one row per device. Real captures arrive with tabs
 or runs of spaces, indentation from markdown, trailing tabs, blank cells and, after copy-paste,
@@ -13,10 +13,10 @@ import re
 from dataclasses import dataclass, field
 
 from pytest_nvlink.sources.evidence.parsers.common import ParseError, bad_line, quote, split_lines
+from pytest_nvlink.sources.evidence.parsers.registry import Format, Into, register
 
 # Old drivers print SOC for what newer ones call SYS (traversing the inter-socket link).
 _PATH_CELL = r"X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC"
-_P2P_CELL = r"X|OK|CNS|GNS|TNS|NS|U"
 P2P_STATUS_NAMES: dict[str, str] = {
     "OK": "ok",
     "CNS": "chipset_not_supported",
@@ -24,14 +24,6 @@ P2P_STATUS_NAMES: dict[str, str] = {
     "TNS": "topology_not_supported",
     "NS": "not_supported",
     "U": "unknown",
-}
-_P2P_CAPABILITY_FLAGS: dict[str, tuple[str, ...]] = {
-    "r": ("read",),
-    "w": ("write",),
-    "rw": ("read", "write"),
-    "n": ("nvlink",),
-    "a": ("atomics",),
-    "p": ("pcie",),
 }
 _AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _GPU_LABEL = re.compile(r"GPU(\d+)")
@@ -57,18 +49,8 @@ class TopoMatrix:
     notes: tuple[tuple[int, str], ...] = ()
 
 
-@dataclass(frozen=True)
-class TopoP2P:
-    """``nvidia-smi topo -p2p <cap>``: NVML P2P status per ordered pair (row = src, column = dst)."""
-
-    gpu_count: int
-    status: dict[tuple[int, int], str]  # values from P2P_STATUS_NAMES
-    # "read", "write", "nvlink", "atomics", "pcie"; empty when the text does not say which was asked.
-    capabilities: tuple[str, ...] = ()
-
-
 @dataclass
-class _Table:
+class Table:
     columns: list[str]
     extra_columns: list[str]
     rows: dict[str, tuple[list[str], list[str], int]]  # label -> (matrix cells, extra cells, line_no)
@@ -85,9 +67,9 @@ class _Table:
 def parse(text: str, *, pcie_only: bool | None = None) -> TopoMatrix:
     """Parse ``topo -m``; ``pcie_only`` overrides the detection of ``topo -mp`` when the caller knows."""
     lines = split_lines(text)
-    table = _read_table(lines, _PATH_CELL)
-    gpus = _gpu_indices(table)
-    cells = _gpu_cells(table, gpus)
+    table = read_table(lines, _PATH_CELL)
+    gpus = gpu_indices(table)
+    cells = gpu_cells(table, gpus)
     paths = {
         pair: ("SYS" if value == "SOC" else value)
         for pair, value in _symmetric(cells, gpus, _row_lines(table, gpus)).items()
@@ -109,34 +91,6 @@ def parse(text: str, *, pcie_only: bool | None = None) -> TopoMatrix:
     )
 
 
-def parse_p2p(text: str, *, capability: str | None = None) -> TopoP2P:
-    """Parse ``topo -p2p``; ``capability`` ("r", "w", "rw", "n", "a", "p") names the matrix if known."""
-    table = _read_table(split_lines(text), _P2P_CELL)
-    gpus = _gpu_indices(table)
-    cells = _gpu_cells(table, gpus)
-    status = {}
-    for (src, dst), value in cells.items():
-        if src != dst:
-            if value == "X" or not value:
-                row = table.rows[f"GPU{src}"]
-                raise ParseError(f"GPU{src}->GPU{dst} has no P2P status in {quote(_join(row))}", row[2])
-            status[(src, dst)] = P2P_STATUS_NAMES[value]
-    flag = capability if capability is not None else _p2p_flag_in_text(text)
-    caps = _P2P_CAPABILITY_FLAGS.get(flag or "", ())
-    if flag is not None and not caps:
-        raise ParseError(f"unknown topo -p2p capability {flag!r}; expected one of r, w, rw, n, a, p")
-    return TopoP2P(gpu_count=len(gpus), status=status, capabilities=caps)
-
-
-def _join(row: tuple[list[str], list[str], int]) -> str:
-    return " ".join(row[0] + row[1])
-
-
-def _p2p_flag_in_text(text: str) -> str | None:
-    match = re.search(r"topo\s+(?:-p2p|--p2pstatus)\s+([a-z]+)", text)
-    return match.group(1) if match else None
-
-
 def _detect_pcie_only(text: str, paths: dict[tuple[int, int], str]) -> bool:
     # topo -mp prints no NV# entry in its legend; a topo -m legend always lists it.
     if re.search(r"topo\s+(?:-mp\b|--matrix_pci)", text):
@@ -150,14 +104,14 @@ def _detect_pcie_only(text: str, paths: dict[tuple[int, int], str]) -> bool:
 # --- table reading -----------------------------------------------------------------------------
 
 
-def _read_table(lines: list[str], cell_pattern: str) -> _Table:
+def read_table(lines: list[str], cell_pattern: str) -> Table:
     try:
         header_at = _find_header(lines)
     except ParseError:
         return _read_headerless(lines, cell_pattern)
     notes: list[tuple[int, str]] = []
     columns, extra = _header_columns(lines[header_at], header_at + 1, notes)
-    table = _Table(columns=columns, extra_columns=extra, rows={}, header_line=header_at + 1, notes=notes)
+    table = Table(columns=columns, extra_columns=extra, rows={}, header_line=header_at + 1, notes=notes)
     cell_re = re.compile(cell_pattern)
     for index in range(header_at + 1, len(lines)):
         line = lines[index]
@@ -173,7 +127,7 @@ def _read_table(lines: list[str], cell_pattern: str) -> _Table:
     return table
 
 
-def _read_headerless(lines: list[str], cell_pattern: str) -> _Table:
+def _read_headerless(lines: list[str], cell_pattern: str) -> Table:
     """A matrix whose header line was lost: the columns are the row labels, in the order printed."""
     labels = [(index, m.group(1)) for index, line in enumerate(lines) if (m := _ROW_LABEL.match(line))]
     gpus = [label for _, label in labels if label.startswith("GPU")]
@@ -185,7 +139,7 @@ def _read_headerless(lines: list[str], cell_pattern: str) -> _Table:
         first + 1,
         f"header line missing; columns taken from the row labels ({', '.join(columns)}), affinity not read",
     )
-    table = _Table(columns=columns, extra_columns=[], rows={}, header_line=first + 1, notes=[note], headerless=True)
+    table = Table(columns=columns, extra_columns=[], rows={}, header_line=first + 1, notes=[note], headerless=True)
     cell_re = re.compile(cell_pattern)
     for index, _ in labels:
         parsed = _read_row(lines[index], index + 1, table, cell_re)
@@ -246,7 +200,7 @@ def _extra_columns(tail: str, line_no: int, notes: list[tuple[int, str]]) -> lis
 
 
 def _read_row(
-    line: str, line_no: int, table: _Table, cell_re: re.Pattern[str]
+    line: str, line_no: int, table: Table, cell_re: re.Pattern[str]
 ) -> tuple[str, list[str], list[str]] | None:
     stripped = line.strip()
     match = re.match(r"(GPU\d+|[A-Za-z][A-Za-z0-9]*_?\d+)", stripped)
@@ -283,7 +237,7 @@ def _read_row(
 
 
 def _damaged_outside_gpu_block(
-    label: str, cells: list[str], line: str, line_no: int, table: _Table
+    label: str, cells: list[str], line: str, line_no: int, table: Table
 ) -> tuple[str, list[str], list[str]] | None:
     """Keep a GPU row's GPU cells when only its NIC or affinity part is damaged; drop a damaged NIC row."""
     if not label.startswith("GPU"):
@@ -334,7 +288,7 @@ def _unglue(token: str, cell_re: re.Pattern[str]) -> list[str]:
 # --- interpretation ----------------------------------------------------------------------------
 
 
-def _gpu_indices(table: _Table) -> list[int]:
+def gpu_indices(table: Table) -> list[int]:
     gpus = [int(m.group(1)) for c in table.columns if (m := _GPU_LABEL.fullmatch(c))]
     if gpus != list(range(len(gpus))):
         raise ParseError(f"GPU columns must be GPU0..GPU{len(gpus) - 1} in order, got {gpus}", table.header_line)
@@ -344,11 +298,11 @@ def _gpu_indices(table: _Table) -> list[int]:
     return gpus
 
 
-def _row_lines(table: _Table, gpus: list[int]) -> dict[int, int]:
+def _row_lines(table: Table, gpus: list[int]) -> dict[int, int]:
     return {gpu: table.rows[f"GPU{gpu}"][2] for gpu in gpus}
 
 
-def _gpu_cells(table: _Table, gpus: list[int]) -> dict[tuple[int, int], str]:
+def gpu_cells(table: Table, gpus: list[int]) -> dict[tuple[int, int], str]:
     cells: dict[tuple[int, int], str] = {}
     for a in gpus:
         row_cells, _, line_no = table.rows[f"GPU{a}"]
@@ -381,7 +335,7 @@ def _symmetric(
     return paths
 
 
-def _nic_paths(table: _Table, gpus: list[int], nics: tuple[str, ...]) -> dict[tuple[int, str], str]:
+def _nic_paths(table: Table, gpus: list[int], nics: tuple[str, ...]) -> dict[tuple[int, str], str]:
     found: dict[tuple[int, str], str] = {}
     for gpu in gpus:
         row_cells = table.rows[f"GPU{gpu}"][0]
@@ -404,7 +358,7 @@ def _nic_paths(table: _Table, gpus: list[int], nics: tuple[str, ...]) -> dict[tu
 
 
 def _affinities(
-    table: _Table, gpus: list[int]
+    table: Table, gpus: list[int]
 ) -> tuple[dict[int, str | None], dict[int, str | None], dict[int, int | None]]:
     cpu: dict[int, str | None] = {}
     numa: dict[int, str | None] = {}
@@ -438,3 +392,54 @@ def _nic_legend(lines: list[str]) -> dict[str, str]:
         if match:
             names[match.group(1)] = match.group(2)
     return names
+
+
+# --- the evidence format: how this output is told apart and merged ----------------------------------
+
+MATRIX = "topo_matrix"
+# A topo -m or -p2p table: the header line, or a first row when the header was cut off.
+_TABLE = re.compile(r"^\s*GPU0\s*GPU1|^\s*GPU0\s+(?:CPU|NIC|mlx)|^\s*GPU0\s*$|^\s*GPU0\s+X\s", re.MULTILINE)
+
+
+def is_topo_table(text: str) -> bool:
+    return _TABLE.search(text) is not None
+
+
+def _detect(text: str) -> str | None:
+    if is_topo_table(text) and re.search(
+        r"^\s*GPU\d+[\sA-Z]*\b(?:X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)\b", text, re.MULTILINE
+    ):
+        return MATRIX
+    return None
+
+
+def _merge(into: Into, topo: TopoMatrix) -> None:
+    merger, file = into.merger, into.part.name
+    merger.count(topo.gpu_count, file)
+    if topo.pcie_only:
+        # topo -mp never prints NV#; its PCIe classes must not be read as "no NVLink".
+        merger.unknown_reason("paths", f"{file} is nvidia-smi topo -mp (PCIe paths only, NVLink not shown)")
+    else:
+        for (a, b), path in topo.paths.items():
+            merger.path(a, b, path, file)
+        merger.note("paths", file)
+    for gpu in range(topo.gpu_count):
+        merger.gpu_fact(gpu, "cpu_affinity", topo.cpu_affinity.get(gpu), file)
+        numa = topo.numa_affinity.get(gpu)
+        merger.gpu_fact(gpu, "numa_node", int(numa) if numa and numa.isdigit() else None, file)
+
+
+FORMAT = register(
+    Format(
+        name="topo",
+        kinds=(MATRIX,),
+        order=90,  # after topo -p2p, whose table has the same header
+        detect=_detect,
+        parse=parse,
+        families=("inventory", "paths"),
+        label="nvidia-smi topo -m/-p2p",
+        merge=_merge,
+        start=re.compile(r"^\s*GPU0(?:\s+GPU1|\s+(?:NIC0|mlx\w+|CPU\s+Affinity)|\s*$)"),
+        commands=(r"nvidia-smi\b",),
+    )
+)
