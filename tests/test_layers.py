@@ -26,7 +26,7 @@ KNOWN_IGNORED_IMPORTS = 3
 KNOWN_CYCLES: list[set[str]] = [
     {"pytest_nvlink.sources.evidence.load", "pytest_nvlink.sources.evidence.rack"},
 ]
-KNOWN_LONG_MODULES = {"config/settings.py", "sources/evidence/merge.py", "measure/p2p.py"}
+KNOWN_LONG_MODULES = {"sources/evidence/merge.py"}
 MAX_LINES = 500
 
 

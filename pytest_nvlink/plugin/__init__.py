@@ -160,7 +160,7 @@ def _quick(config: pytest.Config) -> bool:
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     if not config.getoption("nvlink_list_suites"):
         return None
-    from pytest_nvlink.config.settings import suite_summaries
+    from pytest_nvlink.config.suites import suite_summaries
 
     for name, description in suite_summaries():
         print(f"{name:16} {description}")
@@ -175,7 +175,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if config.getoption("nvlink_suite", default=None) is None and config.getini("nvlink_suite") is None:
         return  # inert: nothing of pytest-nvlink is imported or registered
-    from pytest_nvlink.config.settings import ConfigError
+    from pytest_nvlink.config.values import ConfigError
     from pytest_nvlink.core.gc_pause import keep_out_of_collections
     from pytest_nvlink.plugin.outputs import check_output_templates, start_outputs
     from pytest_nvlink.plugin.run import build_run, read_options
@@ -234,7 +234,7 @@ def _worker_source(config: pytest.Config, options: RunOptions) -> tuple[RunOptio
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
         return options, _live_probe
-    from pytest_nvlink.config.settings import ConfigError
+    from pytest_nvlink.config.values import ConfigError
     from pytest_nvlink.model.document import SnapshotError
     from pytest_nvlink.plugin.handover import WORKERINPUT_KEY, node_from_text
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_nvlink.config.settings import ConfigError
+from pytest_nvlink.config.values import ConfigError
 from pytest_nvlink.core.placeholders import PlaceholderError, expand
 from pytest_nvlink.core.placeholders import check as check_placeholders
 
