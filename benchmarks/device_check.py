@@ -281,7 +281,7 @@ def child_p2p_pair() -> Result:
 def child_nccl() -> Result:
     """NCCL with one rank and with every local GPU: the five collectives, verified, with their logs."""
     torch = _cuda()
-    from pytest_nvlink.config.settings import Measure
+    from pytest_nvlink.config.suites import Measure
     from pytest_nvlink.measure.runner import MeasurementSession
 
     worlds = sorted({1, torch.cuda.device_count()})

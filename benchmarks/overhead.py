@@ -27,9 +27,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pytest_nvlink.config.settings import COLLECTIVE_OPS, Measure  # noqa: E402
+from pytest_nvlink.config.shipped import COLLECTIVE_OPS  # noqa: E402
+from pytest_nvlink.config.suites import Measure  # noqa: E402
 from pytest_nvlink.measure.busbw import format_size  # noqa: E402
-from pytest_nvlink.measure.p2p import SimulatedCopyEngine  # noqa: E402
+from pytest_nvlink.measure.p2p_simulated import SimulatedCopyEngine  # noqa: E402
 from pytest_nvlink.measure.runner import MeasurementSession, cuda_devices  # noqa: E402
 
 Row = tuple[str, str, str]

@@ -16,7 +16,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_nvlink.config.settings import ConfigError, load_suite, load_thresholds
+from pytest_nvlink.config.suites import load_suite
+from pytest_nvlink.config.thresholds import load_thresholds
+from pytest_nvlink.config.values import ConfigError
 from pytest_nvlink.measure.launch_run import RACK_SNAPSHOT, Settings, run_collectives_command, run_rack_command
 from pytest_nvlink.measure.ranks import RankEnvError, rank_info
 from pytest_nvlink.measure.sendrecv import DEFAULT_CROSS_PEERS

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from pytest_nvlink.config.settings import Threshold, Waiver
+from pytest_nvlink.config.thresholds import Threshold, Waiver
 
 
 class Outcome(Enum):

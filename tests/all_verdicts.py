@@ -16,7 +16,8 @@ from pytest_nvlink.checks import (
     test_platform,
     test_topology,
 )
-from pytest_nvlink.config.settings import load_suite, load_thresholds
+from pytest_nvlink.config.suites import load_suite
+from pytest_nvlink.config.thresholds import load_thresholds
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import Node, gpu_id, pair_id
 from pytest_nvlink.model.figures import RecordedMeasurements

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA, SNAPSHOTS
 
-from pytest_nvlink.config.settings import ConfigError
+from pytest_nvlink.config.values import ConfigError
 from pytest_nvlink.judges.baseline import _differing_conditions, p2p_pair
 from pytest_nvlink.judges.baseline_match import Baseline, environment_changes, match_gpus
 from pytest_nvlink.model import Environment, Gpu, Node
@@ -61,7 +61,7 @@ def test_schema1_documents_migrate_on_read() -> None:
 
 
 def test_a_threshold_set_without_tolerances_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_nvlink.config import settings as config
+    from pytest_nvlink.config import thresholds as config
 
     original = config.load_thresholds
 
@@ -106,7 +106,7 @@ def test_a_missing_figure_now_fails_closed() -> None:
 
 
 def test_a_tolerance_is_a_finite_percentage() -> None:
-    from pytest_nvlink.config.settings import THRESHOLD_SCHEMA
+    from pytest_nvlink.config.thresholds import THRESHOLD_SCHEMA
 
     check = THRESHOLD_SCHEMA["baseline.p2p_drop_max_pct"]
     assert check(5.0) is None

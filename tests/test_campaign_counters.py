@@ -11,7 +11,8 @@ import pytest
 from conftest import SNAPSHOTS, serve_live_node, tiny_collective_thresholds
 from fake_pynvml import make_fake_pynvml
 
-from pytest_nvlink.config.settings import load_suite, load_thresholds
+from pytest_nvlink.config.suites import load_suite
+from pytest_nvlink.config.thresholds import load_thresholds
 from pytest_nvlink.judges import platform
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.measure.campaign import CampaignWatch

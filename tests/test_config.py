@@ -9,15 +9,10 @@ import pytest
 from conftest import REPO
 
 from pytest_nvlink.config.required_keys import check_required_keys, required_keys
-from pytest_nvlink.config.settings import (
-    ConfigError,
-    data_dir,
-    load_suite,
-    load_thresholds,
-    path_matches,
-    pick_suite_for,
-    shipped_names,
-)
+from pytest_nvlink.config.shipped import data_dir, shipped_names
+from pytest_nvlink.config.suites import load_suite, path_matches, pick_suite_for
+from pytest_nvlink.config.thresholds import load_thresholds
+from pytest_nvlink.config.values import ConfigError
 
 SHIPPED_SUITES = {
     "a100-8gpu",

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink.config.settings import load_suite, load_thresholds
+from pytest_nvlink.config.suites import load_suite
+from pytest_nvlink.config.thresholds import load_thresholds
 from pytest_nvlink.judges import nvlink, topology
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import NvLinkInfo, PairPath

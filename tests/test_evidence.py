@@ -377,7 +377,8 @@ def test_worst_of_several_figures_is_judged() -> None:
 
 
 def test_p2p_status_of_an_nvlink_pair_needs_the_nvlink_capability(tmp_path: Path) -> None:
-    from pytest_nvlink.config.settings import load_suite, load_thresholds
+    from pytest_nvlink.config.suites import load_suite
+    from pytest_nvlink.config.thresholds import load_thresholds
     from pytest_nvlink.judges.context import Context
     from pytest_nvlink.judges.topology import p2p_status
     from pytest_nvlink.verdict import Outcome

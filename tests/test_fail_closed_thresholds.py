@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import DATA, SNAPSHOTS
 
-from pytest_nvlink.config.settings import Waiver, load_suite, load_thresholds
+from pytest_nvlink.config.suites import load_suite
+from pytest_nvlink.config.thresholds import Waiver, load_thresholds
 from pytest_nvlink.judges import bandwidth, collectives, nvlink, platform
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import CollectiveMeasurement, P2PMeasurement

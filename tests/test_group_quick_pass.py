@@ -24,7 +24,7 @@ from synthetic_node import write_synthetic
 
 from pytest_nvlink.checks import test_bandwidth as bandwidth_checks
 from pytest_nvlink.checks import test_topology as topology_checks
-from pytest_nvlink.config.settings import PairExpectation
+from pytest_nvlink.config.suites import PairExpectation
 from pytest_nvlink.judges import bandwidth, topology
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.judges.groups import AllPass, Pair, PairSet, pair_records

@@ -7,7 +7,8 @@ import copy
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink.config.settings import load_suite, load_thresholds
+from pytest_nvlink.config.suites import load_suite
+from pytest_nvlink.config.thresholds import load_thresholds
 from pytest_nvlink.judges import bandwidth, collectives, inventory, nvlink, platform, topology
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, P2PMeasurement, TransportChannel
@@ -102,7 +103,7 @@ def test_path_proof_without_counters_fails_unless_waived() -> None:
     assert verdict.outcome is Outcome.FAIL and "RmProfilingAdminOnly" in verdict.message
     assert '[waive] "p2p.nvlink_counter_fraction_min"' in verdict.message
     waived = copy.deepcopy(ctx)
-    from pytest_nvlink.config.settings import Waiver
+    from pytest_nvlink.config.thresholds import Waiver
 
     key = "p2p.nvlink_counter_fraction_min"
     del waived.thresholds.values[key]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvlink.config.settings import Waiver
+from pytest_nvlink.config.thresholds import Waiver
 from pytest_nvlink.judges.groups import PairSet, combine, pair_records
 from pytest_nvlink.plugin.pairs import PER_PAIR_UP_TO_GPUS, grouped_by_source, pair_sets
 from pytest_nvlink.verdict import Outcome, Verdict, failed, not_applicable, passed, unknown, waived

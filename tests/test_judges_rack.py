@@ -11,7 +11,9 @@ import pytest
 from conftest import SNAPSHOTS
 
 from pytest_nvlink.config.required_keys import required_keys
-from pytest_nvlink.config.settings import ConfigError, load_suite, load_thresholds
+from pytest_nvlink.config.suites import load_suite
+from pytest_nvlink.config.thresholds import load_thresholds
+from pytest_nvlink.config.values import ConfigError
 from pytest_nvlink.judges import bandwidth, collectives, inventory, nvlink, rack, topology
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import Gpu, Node, TransportChannel

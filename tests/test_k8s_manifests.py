@@ -14,7 +14,7 @@ import pytest
 from kubernetes_validate import latest_version
 
 from pytest_nvlink.cli import build_parser
-from pytest_nvlink.config.settings import load_suite
+from pytest_nvlink.config.suites import load_suite
 from pytest_nvlink.launch import parser as launch_parser
 
 DOCUMENTS = list(k8s.all_documents())

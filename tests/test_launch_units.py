@@ -10,7 +10,8 @@ import pytest
 from launch_procs import tray_node
 
 from pytest_nvlink import launch
-from pytest_nvlink.config.settings import load_suite, load_thresholds
+from pytest_nvlink.config.suites import load_suite
+from pytest_nvlink.config.thresholds import load_thresholds
 from pytest_nvlink.measure import sendrecv
 from pytest_nvlink.measure.collectives import CollectiveSpec
 from pytest_nvlink.measure.launch_run import Settings, judge_command, tray_document

@@ -11,11 +11,12 @@ import itertools
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink.config.settings import load_suite, load_thresholds
+from pytest_nvlink.config.suites import load_suite
+from pytest_nvlink.config.thresholds import load_thresholds
 from pytest_nvlink.judges import bandwidth
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.measure.cuda_join import cuda_devices_in_child
-from pytest_nvlink.measure.p2p import SimulatedCopyEngine, SimulatedCounters
+from pytest_nvlink.measure.p2p_simulated import SimulatedCopyEngine, SimulatedCounters
 from pytest_nvlink.measure.provider import LiveMeasurements
 from pytest_nvlink.model import Measurements, Node
 from pytest_nvlink.sources.live import probe as nvml_probe

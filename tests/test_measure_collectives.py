@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvlink.config.settings import COLLECTIVE_OPS, Measure
+from pytest_nvlink.config.shipped import COLLECTIVE_OPS
+from pytest_nvlink.config.suites import Measure
 from pytest_nvlink.measure import busbw, collectives, worker
 from pytest_nvlink.measure.collectives import CollectiveRun, CollectiveSpec, run_collectives
 from pytest_nvlink.measure.runner import MeasurementSession

@@ -16,10 +16,11 @@ from fake_pynvml import make_fake_pynvml
 from test_judges import context
 
 from pytest_nvlink.judges import bandwidth
-from pytest_nvlink.measure import p2p
+from pytest_nvlink.measure import p2p, p2p_counters
 from pytest_nvlink.measure.collectives import rank_time_s
 from pytest_nvlink.measure.cuda_engine import BlockerTooShort, CudaCopyEngine, Timed
-from pytest_nvlink.measure.p2p import P2PPlan, SimulatedCopyEngine, SimulatedCounters
+from pytest_nvlink.measure.p2p import P2PPlan
+from pytest_nvlink.measure.p2p_simulated import SimulatedCopyEngine, SimulatedCounters
 from pytest_nvlink.model import P2PMeasurement
 from pytest_nvlink.sources.live.counters import read_traffic
 from pytest_nvlink.sources.snapshot.file import load_snapshot
@@ -59,7 +60,7 @@ class FakeNvmlReader:
         self.fake.nvmlInit()
         self.uuids = [gpu.uuid or "" for gpu in node.gpus]
 
-    def __call__(self, gpu: int) -> p2p.TrafficSample:
+    def __call__(self, gpu: int) -> p2p_counters.TrafficSample:
         return read_traffic(self.fake, self.fake.nvmlDeviceGetHandleByIndex(gpu))
 
 

@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
-from pytest_nvlink.config.settings import Measure, Threshold, Thresholds
-from pytest_nvlink.measure import p2p
-from pytest_nvlink.measure.p2p import P2PPlan, SimulatedCopyEngine
+from pytest_nvlink.config.suites import Measure
+from pytest_nvlink.config.thresholds import Threshold, Thresholds
+from pytest_nvlink.measure import p2p, p2p_counters
+from pytest_nvlink.measure.p2p import P2PPlan
+from pytest_nvlink.measure.p2p_simulated import SimulatedCopyEngine
 from pytest_nvlink.measure.runner import (
     DEFAULT_COLLECTIVE_SIZE_MIB,
     MeasurementSession,
@@ -146,11 +148,11 @@ def test_counter_deltas_note_when_unsupported() -> None:
 
 def test_counter_delta_rules() -> None:
     s = Sample
-    assert p2p.counter_deltas([s(5, 0, 7, 0)], [s(15, 0, 9, 0)]) == (10, 2, None)
-    nvlink, pcie, note = p2p.counter_deltas([s(5, 0, 7, 0)], [s(1, 0, 9, 0)])
+    assert p2p_counters.counter_deltas([s(5, 0, 7, 0)], [s(15, 0, 9, 0)]) == (10, 2, None)
+    nvlink, pcie, note = p2p_counters.counter_deltas([s(5, 0, 7, 0)], [s(1, 0, 9, 0)])
     assert nvlink is None and pcie == 2 and "went backwards" in (note or "")
-    assert p2p.counter_deltas("no reader", "no reader") == (None, None, "no reader")
-    nvlink, pcie, note = p2p.counter_deltas([s(None, None, None, None)], [s(None, None, None, None)])
+    assert p2p_counters.counter_deltas("no reader", "no reader") == (None, None, "no reader")
+    nvlink, pcie, note = p2p_counters.counter_deltas([s(None, None, None, None)], [s(None, None, None, None)])
     assert (nvlink, pcie) == (None, None)
     assert note == "nvlink tx bytes not reported; pcie tx bytes not reported"
 

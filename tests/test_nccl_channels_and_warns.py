@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink.config.settings import load_suite, load_thresholds
+from pytest_nvlink.config.suites import load_suite
+from pytest_nvlink.config.thresholds import load_thresholds
 from pytest_nvlink.judges import collectives
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import NcclAudit, TransportChannel

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import SNAPSHOTS
 
-from pytest_nvlink.config.settings import ConfigError, load_suite, load_thresholds
+from pytest_nvlink.config.suites import load_suite
+from pytest_nvlink.config.thresholds import load_thresholds
+from pytest_nvlink.config.values import ConfigError
 from pytest_nvlink.judges import bandwidth
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import P2PMeasurement

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import EVIDENCE, SNAPSHOTS, serve_live_node, tiny_collective_thresholds
 
-from pytest_nvlink.config.settings import load_suite, load_thresholds
+from pytest_nvlink.config.suites import load_suite
+from pytest_nvlink.config.thresholds import load_thresholds
 from pytest_nvlink.judges import collectives
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.measure import live

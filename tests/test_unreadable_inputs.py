@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 from conftest import SNAPSHOTS, snapshot_with_lists
 
-from pytest_nvlink.config.settings import ConfigError, load_suite, load_thresholds
+from pytest_nvlink.config.suites import load_suite
+from pytest_nvlink.config.thresholds import load_thresholds
+from pytest_nvlink.config.values import ConfigError
 from pytest_nvlink.model import Node
 from pytest_nvlink.model.document import SnapshotError
 from pytest_nvlink.sources.snapshot.file import load_snapshot

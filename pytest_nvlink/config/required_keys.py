@@ -10,13 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pytest_nvlink.config.settings import (
-    ConfigError,
-    Suite,
-    Thresholds,
-    error_run_key,
-    error_total_key,
-)
+from pytest_nvlink.config.suites import Suite
+from pytest_nvlink.config.thresholds import Thresholds, error_run_key, error_total_key
+from pytest_nvlink.config.values import ConfigError
 from pytest_nvlink.model import ERROR_COUNTER_NAMES
 
 

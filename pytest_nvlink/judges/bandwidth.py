@@ -12,7 +12,7 @@ from functools import partial
 from itertools import repeat
 from typing import cast
 
-from pytest_nvlink.config.settings import Threshold
+from pytest_nvlink.config.thresholds import Threshold
 from pytest_nvlink.judges.context import Context, pair_properties
 from pytest_nvlink.model import P2PMeasurement
 from pytest_nvlink.verdict import PassedLater, Verdict, failed, measured_properties, unknown

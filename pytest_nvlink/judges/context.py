@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from pytest_nvlink.config.settings import Suite, Thresholds
+from pytest_nvlink.config.suites import Suite
+from pytest_nvlink.config.thresholds import Thresholds
 from pytest_nvlink.model import Gpu, Node, P2PStatus
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, not_applicable, unknown, waived
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import cast
 
-from pytest_nvlink.config.settings import RUN_LIMIT_KIND, Threshold, Thresholds, error_run_key, error_total_key
+from pytest_nvlink.config.thresholds import RUN_LIMIT_KIND, Threshold, Thresholds, error_run_key, error_total_key
 from pytest_nvlink.model import ERROR_COUNTER_NAMES, Gpu, Node, NvLinkInfo
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, passed, unknown
 

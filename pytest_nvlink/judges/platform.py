@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_nvlink.config.settings import Threshold
+from pytest_nvlink.config.thresholds import Threshold
 from pytest_nvlink.judges.context import Context, gpu_properties, per_gpu
 from pytest_nvlink.model import Gpu
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, not_applicable, passed, unknown

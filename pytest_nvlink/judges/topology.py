@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from itertools import chain, repeat
 from typing import cast
 
-from pytest_nvlink.config.settings import path_matches
+from pytest_nvlink.config.suites import path_matches
 from pytest_nvlink.judges.context import Context, pair_properties
 from pytest_nvlink.model import Node, is_known_path_class, nvlink_count_of_path
 from pytest_nvlink.verdict import (

@@ -23,7 +23,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from pytest_nvlink.config.settings import Measure
+from pytest_nvlink.config.suites import Measure
 from pytest_nvlink.measure import _proc
 from pytest_nvlink.measure.busbw import MIB, bandwidth, buffers_for, format_size
 from pytest_nvlink.measure.worker import WorkerSpec, worker_main

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_nvlink import __version__
-from pytest_nvlink.config.settings import Suite, Thresholds
+from pytest_nvlink.config.suites import Suite
+from pytest_nvlink.config.thresholds import Thresholds
 from pytest_nvlink.core.atomic import write_text_atomically
 from pytest_nvlink.core.placeholders import expand, placeholder_values
 from pytest_nvlink.measure import launched, sendrecv

@@ -10,8 +10,10 @@ import dataclasses
 from collections.abc import Callable
 from itertools import permutations
 
-from pytest_nvlink.config.settings import Suite, Thresholds
-from pytest_nvlink.measure.p2p import CounterReaderFactory, EngineFactory
+from pytest_nvlink.config.suites import Suite
+from pytest_nvlink.config.thresholds import Thresholds
+from pytest_nvlink.measure.p2p import EngineFactory
+from pytest_nvlink.measure.p2p_counters import CounterReaderFactory
 from pytest_nvlink.measure.runner import MeasurementSession, NvmlCounterFactory, sizes_from_thresholds
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, Node, P2PMeasurement
 

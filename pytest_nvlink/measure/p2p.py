@@ -28,9 +28,10 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnProcess
 from typing import Any, Protocol
 
-from pytest_nvlink.config.settings import Measure
+from pytest_nvlink.config.suites import Measure
 from pytest_nvlink.measure import _proc
 from pytest_nvlink.measure.cuda_engine import LATENCY_BYTES, CudaCopyEngine
+from pytest_nvlink.measure.p2p_counters import CounterReader, CounterReaderFactory, counter_deltas, settled_counters
 from pytest_nvlink.model import P2PMeasurement
 
 GB = 1e9
@@ -40,42 +41,6 @@ TorchCopyEngine = CudaCopyEngine  # the name callers know; it prefers cudaMemcpy
 KINDS: tuple[str, ...] = ("unidirectional", "bidirectional", "latency")
 
 Progress = Callable[[str], None]
-
-
-class TrafficSample(Protocol):
-    """Cumulative byte counters of one GPU (``nvml_counters.Traffic`` fits); None = not reported."""
-
-    @property
-    def nvlink_tx_bytes(self) -> int | None: ...
-    @property
-    def nvlink_rx_bytes(self) -> int | None: ...
-    @property
-    def pcie_tx_bytes(self) -> int | None: ...
-    @property
-    def pcie_rx_bytes(self) -> int | None: ...
-    @property
-    def note(self) -> str | None: ...
-
-
-CounterReader = Callable[[int], TrafficSample]  # CUDA index -> sample
-CounterReaderFactory = Callable[[], CounterReader]  # picklable; called in the child
-
-
-@dataclass(frozen=True)
-class NoTraffic:
-    """A sample that reports nothing, and why."""
-
-    note: str
-    nvlink_tx_bytes: int | None = None
-    nvlink_rx_bytes: int | None = None
-    pcie_tx_bytes: int | None = None
-    pcie_rx_bytes: int | None = None
-
-    @classmethod
-    def reader(cls, note: str) -> CounterReader:
-        """A reader that answers every GPU with this note."""
-        sample = cls(note)
-        return lambda gpu: sample
 
 
 class CopyEngine(Protocol):
@@ -158,79 +123,6 @@ def expected_keys(plan: P2PPlan) -> list[tuple[int, int, str]]:
             keys += [(a, b, "unidirectional"), (a, b, "latency"), (b, a, "unidirectional")]
             keys += [(b, a, "latency"), (a, b, "bidirectional")]
     return keys
-
-
-# --- counters --------------------------------------------------------------------------------
-
-
-def _read_counters(reader: CounterReader | None, gpus: Sequence[int]) -> list[TrafficSample] | str:
-    if reader is None:
-        return "no traffic counter reader configured"
-    try:
-        return [reader(gpu) for gpu in gpus]
-    except Exception as exc:  # a counter problem must not lose the bandwidth figure
-        return f"counter read failed: {type(exc).__name__}: {exc}"
-
-
-def _tx_delta(
-    before: Sequence[TrafficSample], after: Sequence[TrafficSample], attr: str
-) -> tuple[int | None, str | None]:
-    total = 0
-    for gpu_before, gpu_after in zip(before, after, strict=True):
-        old, new = getattr(gpu_before, attr), getattr(gpu_after, attr)
-        if old is None or new is None:
-            note = gpu_after.note or gpu_before.note
-            return None, note or f"{attr.replace('_', ' ')} not reported"
-        if new < old:
-            return None, f"{attr.replace('_', ' ')} went backwards (wrapped or reset)"
-        total += new - old
-    return total, None
-
-
-def _nvlink_total(samples: Sequence[TrafficSample]) -> int | None:
-    values = [sample.nvlink_tx_bytes for sample in samples]
-    return None if any(value is None for value in values) else sum(v for v in values if v is not None)
-
-
-def settled_counters(
-    reader: CounterReader | None,
-    gpus: Sequence[int],
-    tolerance_bytes: int,
-    plan: P2PPlan,
-    sleep: Callable[[float], None] = time.sleep,
-) -> list[TrafficSample] | str:
-    """Read until two consecutive reads' NVLink totals differ by at most ``tolerance_bytes``.
-
-    A counter that lags (NVML refreshes on its own schedule) reads short right after the copy; one
-    that never settles (other traffic on the links) makes the proof unknown rather than a guess.
-    """
-    previous = _read_counters(reader, gpus)
-    if isinstance(previous, str) or _nvlink_total(previous) is None:
-        return previous
-    waited = 0.0
-    while waited < plan.settle_max_s:
-        sleep(plan.settle_interval_s)
-        waited += plan.settle_interval_s
-        current = _read_counters(reader, gpus)
-        if isinstance(current, str):
-            return current
-        old, new = _nvlink_total(previous), _nvlink_total(current)
-        if old is not None and new is not None and abs(new - old) <= tolerance_bytes:
-            return current
-        previous = current
-    return f"NVLink counters still moving {plan.settle_max_s:g} s after the proof copy (other traffic on the links?)"
-
-
-def counter_deltas(
-    before: Sequence[TrafficSample] | str, after: Sequence[TrafficSample] | str
-) -> tuple[int | None, int | None, str | None]:
-    """(NVLink TX bytes, PCIe TX bytes, note) summed over the GPUs, from samples around a copy."""
-    if isinstance(before, str) or isinstance(after, str):
-        return None, None, before if isinstance(before, str) else str(after)
-    nvlink, nvlink_note = _tx_delta(before, after, "nvlink_tx_bytes")
-    pcie, pcie_note = _tx_delta(before, after, "pcie_tx_bytes")
-    notes = [note for note in (nvlink_note, pcie_note) if note]
-    return nvlink, pcie, "; ".join(dict.fromkeys(notes)) or None
 
 
 # --- one pair --------------------------------------------------------------------------------
@@ -478,78 +370,3 @@ def _complete(plan: P2PPlan, results: dict[tuple[int, int, str], P2PMeasurement]
             found = P2PMeasurement(src, dst, kind, None, unit, error=problem)
         ordered.append(found)
     return ordered
-
-
-# --- engines ---------------------------------------------------------------------------------
-
-
-_ACTIVE_SIMULATION: list[SimulatedCopyEngine] = []  # the engine built in this (child) process
-
-
-@dataclass
-class SimulatedCopyEngine:
-    """A copy engine without a GPU, for tests and harness-overhead benchmarks.
-
-    Copies "run" at ``gbps`` (plus ``latency_us`` each) without sleeping; ``slow_pairs`` gives
-    (src, dst, GB/s) exceptions; ``hang_on`` makes the copy from src to dst block forever,
-    ``fail_on`` makes it raise, as a broken link might. Every copy is counted per source GPU on
-    NVLink, or on PCIe for the pairs in ``via_pcie``; :class:`SimulatedCounters` reads those counts.
-    """
-
-    gbps: float = 100.0
-    latency_us: float = 2.0
-    hang_on: tuple[int, int] | None = None
-    fail_on: tuple[int, int] | None = None
-    peer: bool = True
-    name: str = "simulated"
-    slow_pairs: tuple[tuple[int, int, float], ...] = ()
-    via_pcie: tuple[tuple[int, int], ...] = ()
-    bidirectional_sum: bool = True
-    sent: dict[int, list[int]] = field(default_factory=dict)  # gpu -> [NVLink TX bytes, PCIe TX bytes]
-
-    def copy(self, src: int, dst: int, nbytes: int, iterations: int) -> float:
-        if (src, dst) == self.hang_on:
-            threading.Event().wait()
-        if (src, dst) == self.fail_on:
-            raise RuntimeError(f"simulated failure copying gpu{src}->gpu{dst}")
-        counts = self.sent.setdefault(src, [0, 0])
-        counts[1 if (src, dst) in self.via_pcie else 0] += nbytes * iterations
-        gbps = next((rate for a, b, rate in self.slow_pairs if (a, b) == (src, dst)), self.gbps)
-        return iterations * (nbytes / (gbps * GB) + self.latency_us * 1e-6)
-
-    def copy_bidirectional(self, a: int, b: int, nbytes: int, iterations: int) -> float:
-        # Both directions start together; the union ends with the slower one.
-        return max(self.copy(a, b, nbytes, iterations), self.copy(b, a, nbytes, iterations))
-
-    def can_access_peer(self, src: int, dst: int) -> bool | None:
-        return self.peer
-
-    def __call__(self) -> SimulatedCopyEngine:
-        """A simulated engine is its own (picklable) factory."""
-        _ACTIVE_SIMULATION[:] = [self]
-        return self
-
-
-@dataclass(frozen=True)
-class SimulatedSample:
-    nvlink_tx_bytes: int | None
-    nvlink_rx_bytes: int | None
-    pcie_tx_bytes: int | None
-    pcie_rx_bytes: int | None
-    note: str | None = None
-
-
-@dataclass(frozen=True)
-class SimulatedCounters:
-    """A counter reader factory over what the simulated engine of the same process copied."""
-
-    def __call__(self) -> CounterReader:
-        if not _ACTIVE_SIMULATION:
-            return NoTraffic.reader("no simulated copy engine in this process")
-        engine = _ACTIVE_SIMULATION[-1]
-
-        def read(gpu: int) -> TrafficSample:
-            nvlink, pcie = engine.sent.get(gpu, [0, 0])
-            return SimulatedSample(nvlink, 0, pcie, 0)
-
-        return read

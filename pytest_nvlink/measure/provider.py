@@ -10,13 +10,15 @@ from collections.abc import Callable
 from itertools import permutations
 from typing import TYPE_CHECKING
 
-from pytest_nvlink.config.settings import Suite, Thresholds
+from pytest_nvlink.config.suites import Suite
+from pytest_nvlink.config.thresholds import Thresholds
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, Node, P2PMeasurement
 from pytest_nvlink.model.figures import RecordedMeasurements
 
 if TYPE_CHECKING:
     from pytest_nvlink.measure.campaign import CampaignWatch
-    from pytest_nvlink.measure.p2p import CounterReaderFactory, EngineFactory
+    from pytest_nvlink.measure.p2p import EngineFactory
+    from pytest_nvlink.measure.p2p_counters import CounterReaderFactory
 
 Progress = Callable[[str], None]
 CudaDevices = Callable[[], "list[tuple[int, str | None, str | None]] | str"]

@@ -11,19 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pytest_nvlink.config.settings import Measure, Thresholds
+from pytest_nvlink.config.suites import Measure
+from pytest_nvlink.config.thresholds import Thresholds
 from pytest_nvlink.measure.busbw import MIB
 from pytest_nvlink.measure.collectives import CollectiveRun, CollectiveSpec, run_collectives
-from pytest_nvlink.measure.p2p import (
-    CounterReader,
-    CounterReaderFactory,
-    EngineFactory,
-    NoTraffic,
-    P2PPlan,
-    TorchCopyEngine,
-    TrafficSample,
-    run_p2p,
-)
+from pytest_nvlink.measure.p2p import EngineFactory, P2PPlan, TorchCopyEngine, run_p2p
+from pytest_nvlink.measure.p2p_counters import CounterReader, CounterReaderFactory, NoTraffic, TrafficSample
 from pytest_nvlink.model import CollectiveMeasurement, Measurements, P2PMeasurement
 
 DEFAULT_COLLECTIVE_SIZE_MIB = 256

@@ -59,6 +59,13 @@ PLACEHOLDER_HELP = "; {host} and {date} (UTC, 20261203) expand"
 _EXPANDING = ("save", "json", "report", "save-dir")
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """The hooks a site implements for its own checks and report sections (``plugin.hookspecs``)."""
+    from pytest_nvlink.plugin import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("nvlink", "pytest-nvlink: NVLink/P2P acceptance of multi-GPU servers")
     for name, help_text in _OPTIONS:
@@ -153,7 +160,7 @@ def _quick(config: pytest.Config) -> bool:
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     if not config.getoption("nvlink_list_suites"):
         return None
-    from pytest_nvlink.config.settings import suite_summaries
+    from pytest_nvlink.config.suites import suite_summaries
 
     for name, description in suite_summaries():
         print(f"{name:16} {description}")
@@ -168,7 +175,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if config.getoption("nvlink_suite", default=None) is None and config.getini("nvlink_suite") is None:
         return  # inert: nothing of pytest-nvlink is imported or registered
-    from pytest_nvlink.config.settings import ConfigError
+    from pytest_nvlink.config.values import ConfigError
     from pytest_nvlink.core.gc_pause import keep_out_of_collections
     from pytest_nvlink.plugin.outputs import check_output_templates, start_outputs
     from pytest_nvlink.plugin.run import build_run, read_options
@@ -227,7 +234,7 @@ def _worker_source(config: pytest.Config, options: RunOptions) -> tuple[RunOptio
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
         return options, _live_probe
-    from pytest_nvlink.config.settings import ConfigError
+    from pytest_nvlink.config.values import ConfigError
     from pytest_nvlink.model.document import SnapshotError
     from pytest_nvlink.plugin.handover import WORKERINPUT_KEY, node_from_text
 
@@ -400,6 +407,7 @@ def _new_judge() -> Callable[[Verdict], None]:
     nvlink_run, stash = _session_run(), current_session().config.stash
     # Per-pair records feed only the JSON and HTML files; a run that writes neither skips ~30,000 at 72 GPUs.
     keep_pairs = bool(stash.get(OUTPUTS_KEY, []))
+    hook = current_session().config.hook.pytest_nvlink_verdict
 
     def judge(verdict: Verdict) -> None:
         # The item under test, from the run's own setup hook: one judge serves every item, where one per item
@@ -407,6 +415,7 @@ def _new_judge() -> Callable[[Verdict], None]:
         item = stash[CURRENT_ITEM_KEY]
         item.stash[JUDGED_KEY] = True
         _record(item, nvlink_run, verdict, keep_pairs)
+        hook(item=item, verdict=verdict)  # a site's own check may fail the item here (plugin.hookspecs)
         # The enum is taken from the verdict itself: pytester's in-process runs re-import our modules.
         outcome = type(verdict.outcome)
         if verdict.outcome is outcome.NOT_APPLICABLE:

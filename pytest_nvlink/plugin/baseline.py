@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from pytest_nvlink.config.settings import BASELINE_TOLERANCE_KEYS, ConfigError
+from pytest_nvlink.config.thresholds import BASELINE_TOLERANCE_KEYS
+from pytest_nvlink.config.values import ConfigError
 from pytest_nvlink.judges.baseline_match import Baseline, match_gpus, whole_problem
 from pytest_nvlink.model.document import SnapshotError
 from pytest_nvlink.record.environment import current_environment

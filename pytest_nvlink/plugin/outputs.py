@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_nvlink.config.settings import ConfigError
+from pytest_nvlink.config.values import ConfigError
 from pytest_nvlink.core.placeholders import PlaceholderError, expand
 from pytest_nvlink.core.placeholders import check as check_placeholders
 
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pytest_nvlink.model import Node
     from pytest_nvlink.record.audit import AuditTally
     from pytest_nvlink.record.items import ItemLog
+    from pytest_nvlink.record.results import ReportSection, Results
     from pytest_nvlink.record.run import Given, Run
 
 TALLY_KEY = pytest.StashKey["AuditTally"]()
@@ -28,6 +29,7 @@ ITEM_LOG_KEY = pytest.StashKey["ItemLog"]()
 OUTPUTS_KEY = pytest.StashKey[list[tuple[str, Path]]]()  # (format, file) of --nvlink-json/--nvlink-report
 WRITTEN_KEY = pytest.StashKey[list[tuple[bool, str]]]()
 SAVED_KEY = pytest.StashKey[tuple[bool, str]]()
+SECTIONS_KEY = pytest.StashKey[list["ReportSection"]]()  # a site's report sections, from its hooks
 JUNITXML = "--junitxml"
 
 
@@ -160,6 +162,10 @@ class SessionOutputs(HoldsRunWeakly):
                 terminalreporter.write_line(line)
         except Exception as exc:
             terminalreporter.write_line(f"pytest-nvlink: summary could not be rendered ({exc!r})")
+        for section in config.stash.get(SECTIONS_KEY, []):
+            terminalreporter.section(section.title, sep="-")
+            for line in section.lines:
+                terminalreporter.write_line(line)
         # Last, right above the outcome counts, where a failed save cannot be missed.
         for ok, line in written_lines(config):
             terminalreporter.write_line(line, green=ok, red=not ok)
@@ -182,19 +188,46 @@ def _lists_only(config: pytest.Config) -> bool:
 
 
 def _write_outputs(session: pytest.Session, run: Run) -> None:
-    """The JSON results and the HTML report, both from the one results record."""
+    """A site's report sections, then the JSON results and the HTML report, all from the one results record."""
     config = session.config
-    wanted = config.stash.get(OUTPUTS_KEY, [])
     log, tally = config.stash.get(ITEM_LOG_KEY, None), config.stash.get(TALLY_KEY, None)
-    if not wanted or log is None or tally is None or hasattr(config, "workerinput"):
+    if log is None or tally is None or hasattr(config, "workerinput"):
         return
     from pytest_nvlink.record.results import Results
-    from pytest_nvlink.report.outputs import write_outputs
 
-    written = write_outputs(Results(run, log.results(), tally.line()), wanted)
+    results = Results(run, log.results(), tally.line())
+    written = _add_sections(session, results)
+    wanted = config.stash.get(OUTPUTS_KEY, [])
+    if wanted:
+        from pytest_nvlink.report.outputs import write_outputs
+
+        written += write_outputs(results, wanted)
     config.stash[WRITTEN_KEY] = written
     if not all(ok for ok, _ in written):
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+
+def _add_sections(session: pytest.Session, results: Results) -> list[tuple[bool, str]]:
+    """The sections of every ``pytest_nvlink_report_sections`` implementation, onto the record and for the summary.
+
+    Only the sections are stashed, not the record: the stash outlives the session, the run must not.
+    """
+    hook = session.config.hook.pytest_nvlink_report_sections
+    if not hook.get_hookimpls():
+        return []
+    from pytest_nvlink.record.results import report_sections
+
+    try:
+        results.sections = report_sections(hook(results=results))
+    except Exception as exc:  # a site's hook must not cost the verdicts and reports
+        return [
+            (
+                False,
+                f"pytest-nvlink: could not add the report sections of a pytest_nvlink_report_sections hook: {exc!r}",
+            )
+        ]
+    session.config.stash[SECTIONS_KEY] = results.sections
+    return []
 
 
 def _refuse_empty_audit(session: pytest.Session) -> None:

@@ -18,7 +18,7 @@ from pytest_nvlink.model import pair_id
 from pytest_nvlink.plugin.kit import not_parametrized
 
 if TYPE_CHECKING:
-    from pytest_nvlink.config.settings import Suite
+    from pytest_nvlink.config.suites import Suite
 
 # Up to this many GPUs ``pair_items = "auto"`` makes one item per pair (8 GPUs: 56 ordered pairs per
 # check); above it, one per source GPU (72 GPUs: 72 items per check instead of 5,112).

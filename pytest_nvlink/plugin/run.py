@@ -1,7 +1,7 @@
 """One acceptance run: resolve options into a node, a suite and thresholds.
 
 The plugin hands this module plain values; every problem with them comes back as
-:class:`~pytest_nvlink.config.settings.ConfigError` for the plugin to report as a usage error.
+:class:`~pytest_nvlink.config.values.ConfigError` for the plugin to report as a usage error.
 """
 
 from __future__ import annotations
@@ -11,15 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from pytest_nvlink.config.required_keys import check_required_keys
-from pytest_nvlink.config.settings import (
-    ConfigError,
-    Suite,
-    data_dir,
-    load_suite,
-    load_thresholds,
-    pick_suite_for,
-    shipped_names,
-)
+from pytest_nvlink.config.shipped import data_dir, shipped_names
+from pytest_nvlink.config.suites import Suite, load_suite, pick_suite_for
+from pytest_nvlink.config.thresholds import load_thresholds
+from pytest_nvlink.config.values import ConfigError
 from pytest_nvlink.core.placeholders import PlaceholderError, expand, placeholder_values
 from pytest_nvlink.core.placeholders import check as check_placeholders
 from pytest_nvlink.model import Node

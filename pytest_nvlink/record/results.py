@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from pytest_nvlink.model import NcclAudit
 from pytest_nvlink.record.audit import UNJUDGED
@@ -56,6 +56,39 @@ def _param(item: ItemResult) -> str:
     return item.nodeid.rsplit("[", 1)[-1].rstrip("]") if "[" in item.nodeid else item.nodeid
 
 
+@dataclass(frozen=True)
+class ReportSection:
+    """A site's own part of the reports, from a ``pytest_nvlink_report_sections`` hook: a title and its lines."""
+
+    title: str
+    lines: list[str]
+
+
+def report_sections(returned: Iterable[Any]) -> list[ReportSection]:
+    """The sections each hook implementation returned (a list of (title, lines), or None); TypeError for others."""
+    sections: list[ReportSection] = []
+    for value in returned:
+        if value is None:
+            continue
+        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+            raise TypeError(f"expected a list of (title, lines) sections, got {value!r}")
+        sections += [_section(section) for section in value]
+    return sections
+
+
+def _section(section: Any) -> ReportSection:
+    shape = f"a section is (title, list of lines), both text; got {section!r}"
+    if not isinstance(section, (tuple, list)) or len(section) != 2:
+        raise TypeError(shape)
+    title, lines = section
+    if not isinstance(title, str) or isinstance(lines, (str, bytes)) or not isinstance(lines, Iterable):
+        raise TypeError(shape)
+    lines = list(lines)
+    if not all(isinstance(line, str) for line in lines):
+        raise TypeError(shape)
+    return ReportSection(title, lines)
+
+
 @dataclass
 class Results:
     """What every renderer reads: the run (node, suite, thresholds, measurements) and each item's verdict."""
@@ -63,6 +96,7 @@ class Results:
     run: Run
     items: list[ItemResult]
     audit: str  # the "partial audit: N of M checks had evidence" line
+    sections: list[ReportSection] = field(default_factory=list)  # a site's own, from its hooks (plugin.hookspecs)
 
     @property
     def verdict(self) -> str:

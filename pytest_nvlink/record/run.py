@@ -11,7 +11,8 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_nvlink.config.settings import Suite, Thresholds
+from pytest_nvlink.config.suites import Suite
+from pytest_nvlink.config.thresholds import Thresholds
 from pytest_nvlink.judges.baseline_match import Baseline
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import Node

@@ -7,7 +7,7 @@ names them once more in the terminal summary.
 
 from __future__ import annotations
 
-from pytest_nvlink.config.settings import Thresholds
+from pytest_nvlink.config.thresholds import Thresholds
 from pytest_nvlink.model import Node
 
 

@@ -103,6 +103,7 @@ def report_context(results: Results) -> dict[str, object]:
     node = run.node
     return {
         "results": results,
+        "sections": results.sections,
         "baseline": results.baseline,
         "verdict": results.verdict,
         "suite": run.suite,

@@ -41,8 +41,16 @@ def results_document(results: Results) -> dict[str, Any]:
         "items": [_item(item) for item in results.items],
         "baseline": baseline_document(results.baseline),
         "nccl_transports": [{"transport": name, "channels": count} for name, count in results.nccl_transports],
+        **_sections(results),
         "node": node_to_dict(run.node),
     }
+
+
+def _sections(results: Results) -> dict[str, Any]:
+    """A site's report sections (``pytest_nvlink_report_sections``); no key at all when none returned any."""
+    if not results.sections:
+        return {}
+    return {"sections": [{"title": s.title, "lines": list(s.lines)} for s in results.sections]}
 
 
 def _item(item: ItemResult) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 
 from tabulate import tabulate
 
-from pytest_nvlink.config.settings import path_matches
+from pytest_nvlink.config.suites import path_matches
 from pytest_nvlink.model import Node, P2PMeasurement
 from pytest_nvlink.record.run import Run
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from pytest_nvlink.config.settings import ConfigError
+from pytest_nvlink.config.values import ConfigError
 from pytest_nvlink.core.placeholders import PlaceholderError, expand
 from pytest_nvlink.record.results import Results
 from pytest_nvlink.record.run import Given

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_nvlink.config.settings import path_matches
+from pytest_nvlink.config.suites import path_matches
 from pytest_nvlink.model import Node, nvlink_count_of_path
 from pytest_nvlink.record.run import Run
 
