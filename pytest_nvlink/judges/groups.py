@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_nvlink.model import pair_id
-from pytest_nvlink.verdict import Outcome, PassedLater, Verdict
+from pytest_nvlink.verdict import Outcome, Verdict
 
 Pair = tuple[int, int]
 FAILURES_NAMED = 8  # failing peers spelled out in the message; the rest are counted (all are in the record)
@@ -235,20 +235,8 @@ def _figure(verdict: Verdict) -> tuple[str | None, str | None, str | None]:
 
 
 def _badness(verdict: Verdict) -> float | None:
-    """Smaller is worse; None when the figure is not a number or the bound's direction is unknown."""
-    if isinstance(verdict, PassedLater):
-        return verdict.badness  # the judge's own figure: its words need not be written to rank it
-    measured, expected, _ = _figure(verdict)
-    try:
-        value = float(measured or "")
-    except ValueError:
-        return None
-    expected = expected or ""
-    if expected.startswith(">="):
-        return value
-    if expected.startswith("<="):
-        return -value
-    return None
+    """Smaller is worse; None when the judge gave the verdict no figure with a direction (Verdict.badness)."""
+    return verdict.badness
 
 
 def pair_records(verdict: Verdict) -> list[dict[str, object]] | None:
