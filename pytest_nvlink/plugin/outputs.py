@@ -191,7 +191,7 @@ def _write_outputs(session: pytest.Session, run: Run) -> None:
     from pytest_nvlink.record.results import Results
     from pytest_nvlink.report.outputs import write_outputs
 
-    written = write_outputs(Results(run, log.results(), tally.line()), wanted)
+    written = write_outputs(Results(run, log.results(), tally.line(), tally.counts()), wanted)
     config.stash[WRITTEN_KEY] = written
     if not all(ok for ok, _ in written):
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
