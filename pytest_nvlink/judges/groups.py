@@ -239,11 +239,19 @@ def _badness(verdict: Verdict) -> float | None:
     return verdict.badness
 
 
-def pair_records(verdict: Verdict) -> list[dict[str, object]] | None:
-    """The per-pair verdicts of a group verdict as plain data for the results record; None for one pair."""
+def pair_records(verdict: Verdict, every: bool = True) -> list[dict[str, object]] | None:
+    """The per-pair verdicts of a group verdict as plain data for the results record; None for one pair.
+
+    ``every=False`` keeps only a group's pairs that did not pass, and nothing of a passing group: what the
+    terminal marks, without writing the words of thousands of passing pairs.
+    """
+    if not every and verdict.outcome is type(verdict.outcome).PASS:
+        return None
     # Duck-typed: pytester's in-process runs re-import this module, so isinstance would miss.
     pairs: list[tuple[Pair, Verdict]] | None = getattr(verdict, "pairs", None)
-    return None if pairs is None else [_pair_record(pair, v) for pair, v in pairs]
+    if pairs is None:
+        return None
+    return [_pair_record(pair, v) for pair, v in pairs if every or v.outcome is not type(v.outcome).PASS]
 
 
 def _pair_record(pair: Pair, verdict: Verdict) -> dict[str, object]:
