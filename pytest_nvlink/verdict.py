@@ -23,11 +23,17 @@ class Outcome(Enum):
 
 @dataclass
 class Verdict:
-    """A check's outcome, its one sentence, and the properties its JUnit case carries."""
+    """A check's outcome, its one sentence, and the properties its JUnit case carries.
+
+    ``badness`` is the verdict's figure as a group ranks pairs by it (smaller is worse: the figure against a
+    floor, its negative against a ceiling), set by the judge that compared it; None where the verdict has no
+    figure with a direction. It is data for the judges, not a JUnit property, and leaves equality alone.
+    """
 
     outcome: Outcome
     message: str
     properties: list[tuple[str, str]] = field(default_factory=list)
+    badness: float | None = field(default=None, compare=False, kw_only=True)
 
     @property
     def ok(self) -> bool:
@@ -42,8 +48,8 @@ class PassedLater(Verdict):
 
     A 72-GPU domain judges about 30,000 pairs per run and nearly all pass; a per-source item shows
     only its worst pair's words, so writing the others' costs most of the judging. The outcome is
-    decided before this is built; ``badness`` is the figure the group ranks pairs by (smaller is
-    worse, as ``judges.groups`` reads it from the words), None where the pass has no figure.
+    decided before this is built; ``badness`` is the figure the group ranks pairs by (as Verdict's),
+    None where the pass has no figure.
     """
 
     def __init__(
@@ -61,9 +67,9 @@ class PassedLater(Verdict):
         self._words: Words | None = words
         self._written: tuple[str, list[tuple[str, str]]] = (message, properties if properties is not None else [])
 
-    def __reduce__(self) -> tuple[type[Verdict], tuple[Outcome, str, list[tuple[str, str]]]]:
+    def __reduce__(self) -> tuple[Callable[..., Verdict], tuple[Outcome, str, list[tuple[str, str]], float | None]]:
         # Copied or pickled as the plain Verdict it reads as, without the judge's context behind its words.
-        return Verdict, (self.outcome, self.message, list(self.properties))
+        return _plain_verdict, (self.outcome, self.message, list(self.properties), self.badness)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Verdict):
@@ -92,6 +98,10 @@ class PassedLater(Verdict):
     @properties.setter
     def properties(self, value: list[tuple[str, str]]) -> None:
         self._written, self._words = (self._write()[0], value), None
+
+
+def _plain_verdict(outcome: Outcome, message: str, properties: list[tuple[str, str]], badness: float | None) -> Verdict:
+    return Verdict(outcome, message, properties, badness=badness)
 
 
 # What every failing JUnit test case carries: the figures, and where the expectation comes from.
@@ -140,12 +150,12 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def passed(message: str, props: list[tuple[str, str]]) -> Verdict:
-    return Verdict(Outcome.PASS, message, props)
+def passed(message: str, props: list[tuple[str, str]], badness: float | None = None) -> Verdict:
+    return Verdict(Outcome.PASS, message, props, badness=badness)
 
 
-def failed(message: str, props: list[tuple[str, str]]) -> Verdict:
-    return Verdict(Outcome.FAIL, message, props)
+def failed(message: str, props: list[tuple[str, str]], badness: float | None = None) -> Verdict:
+    return Verdict(Outcome.FAIL, message, props, badness=badness)
 
 
 def not_applicable(message: str) -> Verdict:

@@ -14,6 +14,7 @@ import pytest
 from test_baseline import HEALTHY, Document, _copy, _p2p, _run, _slower_link_down_new_driver, _swap_gpu3
 
 from pytest_nvlink.plugin.run import build_run
+from pytest_nvlink.record.audit import AuditCounts
 from pytest_nvlink.record.items import item_result
 from pytest_nvlink.record.results import Results
 from pytest_nvlink.record.run import RunOptions
@@ -102,7 +103,9 @@ def test_a_swapped_gpu_and_an_improvement_in_json_and_html(pytester: pytest.Pyte
 
 def test_without_a_baseline_the_record_has_none_and_the_page_no_section() -> None:
     node = load_snapshot(HEALTHY)
-    results = Results(build_run(RunOptions(suite="h100-8gpu"), lambda: node), [], "partial audit: 0 of 0")
+    results = Results(
+        build_run(RunOptions(suite="h100-8gpu"), lambda: node), [], "partial audit: 0 of 0", AuditCounts(0, 0)
+    )
     assert results.baseline is None
     assert results_document(results)["baseline"] is None
     assert 'id="baseline"' not in render_html(results)

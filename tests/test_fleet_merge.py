@@ -140,6 +140,7 @@ def test_an_errored_node_is_incomplete(tmp_path: Path) -> None:
 def test_a_partial_audit_or_no_judged_check_is_incomplete(tmp_path: Path) -> None:
     partial = with_host(real_results(), "partial")
     partial["audit"] = "partial audit: 300 of 372 checks had evidence (72 without evidence)"
+    partial["audit_counts"] = {"judged": 300, "applicable": 372}
     nothing = with_host(real_results(), "nothing")
     for item in nothing["items"]:
         item["outcome"] = "not_applicable"
@@ -147,6 +148,24 @@ def test_a_partial_audit_or_no_judged_check_is_incomplete(tmp_path: Path) -> Non
     reasons = {n.host: (n.status, n.first_failure) for n in fleet.nodes}
     assert reasons["partial"] == ("incomplete", "incomplete: " + partial["audit"])
     assert reasons["nothing"] == ("incomplete", "incomplete: no check was judged")
+
+
+def test_the_audit_is_read_from_its_counts_not_its_sentence(tmp_path: Path) -> None:
+    # The counts decide; the sentence is only what the fleet shows. A file written before audit_counts
+    # existed has only the sentence, which is then the one place the counts are read from.
+    counted = with_host(real_results(), "counted")
+    assert counted["audit_counts"] == {"judged": 372, "applicable": 372}
+    counted["audit_counts"] = {"judged": 371, "applicable": 372}
+    worded = with_host(real_results(), "worded")
+    worded["audit"] = "partial audit: every one of 372 checks judged"  # reworded: no regex of old reads it
+    older = with_host(real_results(), "older")
+    del older["audit_counts"]
+    older["audit"] = "partial audit: 300 of 372 checks had evidence (72 without evidence)"
+    fleet = fleet_from(write_fleet(tmp_path, {"counted": counted, "worded": worded, "older": older}))
+    reasons = {n.host: (n.status, n.first_failure) for n in fleet.nodes}
+    assert reasons["counted"] == ("incomplete", "incomplete: " + counted["audit"])
+    assert reasons["worded"] == ("pass", None)
+    assert reasons["older"] == ("incomplete", "incomplete: " + older["audit"])
 
 
 def test_a_node_missing_from_expect_nodes_fails(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ SOURCE = PairSet(((17, 3), (17, 9), (17, 40)), ordered=True, grouped=True, suite
 def _figure(value: float, ok: bool) -> Verdict:
     props = [("measured", f"{value:g}"), ("expected", ">= 335.0"), ("unit", "GB/s"), *THRESHOLD]
     make = passed if ok else failed
-    return make(f"unidirectional {value:g} GB/s", props)
+    return make(f"unidirectional {value:g} GB/s", props, badness=value)
 
 
 def _judge(verdicts: dict[tuple[int, int], Verdict]) -> Verdict:
@@ -36,7 +36,9 @@ def test_all_pairs_pass_passes_naming_the_worst_pair() -> None:
 
 def test_one_failing_peer_fails_naming_it_with_its_reason_and_the_worst_figure() -> None:
     bad = failed(
-        "unidirectional 37.2 GB/s below 335.0 GB/s; likely cause: P2P over PCIe", _figure(37.2, False).properties
+        "unidirectional 37.2 GB/s below 335.0 GB/s; likely cause: P2P over PCIe",
+        _figure(37.2, False).properties,
+        badness=37.2,
     )
     verdict = _judge({(17, 3): _figure(371.0, True), (17, 9): bad, (17, 40): _figure(377.0, True)})
     assert verdict.outcome is Outcome.FAIL
@@ -71,10 +73,23 @@ def test_the_worst_of_several_failures_is_the_lowest_figure_against_a_floor() ->
 def test_the_worst_latency_is_the_highest_figure_against_a_ceiling() -> None:
     def latency(value: float) -> Verdict:
         props = [("measured", f"{value:g}"), ("expected", "<= 10.0"), ("unit", "us"), *THRESHOLD]
-        return failed(f"latency {value:g} us", props)
+        return failed(f"latency {value:g} us", props, badness=-value)
 
     verdict = _judge({(17, 3): latency(12.0), (17, 9): latency(25.0), (17, 40): latency(11.0)})
     assert dict(verdict.properties)["worst_pair"] == "gpu17-gpu9"
+
+
+def test_the_worst_is_ranked_by_the_judges_figure_never_by_the_expected_words() -> None:
+    # The words say nothing a parser could rank by ("at least ..."), and one verdict's ">=" words carry no
+    # figure from its judge: the ranking is the judge's badness alone.
+    def worded(value: float, badness: float | None) -> Verdict:
+        props = [("measured", f"{value:g}"), ("expected", "at least 335.0"), ("unit", "GB/s"), *THRESHOLD]
+        return failed(f"unidirectional {value:g} GB/s", props, badness=badness)
+
+    unranked = failed("unidirectional 10 GB/s", [("measured", "10"), ("expected", ">= 335.0"), ("unit", "GB/s")])
+    verdict = _judge({(17, 3): unranked, (17, 9): worded(300.0, 300.0), (17, 40): worded(120.0, 120.0)})
+    props = dict(verdict.properties)
+    assert props["worst_pair"] == "gpu17-gpu40" and props["measured"] == "120"
 
 
 def test_unknown_figures_fail_the_group() -> None:

@@ -15,6 +15,7 @@ from conftest import EVIDENCE, SNAPSHOTS
 from report_outputs import DEMOS, Outputs, write_outputs
 
 from pytest_nvlink.plugin.run import build_run
+from pytest_nvlink.record.audit import AuditCounts
 from pytest_nvlink.record.items import ItemLog, item_result
 from pytest_nvlink.record.results import FAIL, INCOMPLETE, PASS, Results, run_verdict
 from pytest_nvlink.record.run import RunOptions
@@ -54,6 +55,7 @@ def test_results_json_follows_its_schema_and_carries_every_verdict(outputs: dict
     assert document["counts"].get("failed", 0) == failed
     assert len(document["items"]) == 372
     assert document["audit"] == "partial audit: 372 of 372 checks had evidence"
+    assert document["audit_counts"] == {"judged": 372, "applicable": 372}
     junit = _junit_failures(outputs[snapshot].junit)
     recorded = {item["nodeid"]: item["message"] for item in document["items"] if item["pytest_outcome"] == "failed"}
     assert len(junit) == failed
@@ -121,7 +123,7 @@ def _results(host: str) -> Results:
         keywords={"nvlink": 1},
         user_properties=[("outcome", "fail"), ("message", "driver <b>x</b>"), ("measured", "1"), ("expected", "2")],
     )
-    return Results(run, [item_result(report)], "partial audit: 1 of 1 checks had evidence")
+    return Results(run, [item_result(report)], "partial audit: 1 of 1 checks had evidence", AuditCounts(1, 1))
 
 
 def test_html_escapes_every_value() -> None:

@@ -20,6 +20,7 @@ PASS, FAIL, INCOMPLETE, MISSING = "pass", "fail", "incomplete", "missing"
 STATUS_ORDER = (MISSING, FAIL, INCOMPLETE, PASS)
 FAILED_OUTCOMES = frozenset({"fail", "unjudged"})
 JUDGED_OUTCOMES = frozenset({"pass", "fail"})
+# Files written before ``audit_counts`` existed hold the counts only in the audit sentence: read from it there.
 AUDIT_LINE = re.compile(r"^partial audit: (\d+) of (\d+) checks had evidence")
 
 
@@ -165,14 +166,24 @@ def _incomplete_reason(document: dict[str, Any], scan: ItemScan) -> str | None:
         return "incomplete: no check was judged"
     if document["counts"].get("error"):
         return f"incomplete: {document['counts']['error']} check(s) ended with an error"
-    audit = AUDIT_LINE.match(document["audit"])
-    if audit is None:
+    counts = _audit_counts(document)
+    if counts is None:
         return f"incomplete: the audit line is not understood ({document['audit']!r})"
-    if int(audit.group(1)) < int(audit.group(2)):
+    if counts[0] < counts[1]:
         return f"incomplete: {document['audit']}"
     if document["verdict"] != "PASS":
         return f"incomplete: the run's verdict is {document['verdict']}"
     return None
+
+
+def _audit_counts(document: dict[str, Any]) -> tuple[int, int] | None:
+    """(judged, applicable) from the file's ``audit_counts``; None when neither it nor an older file's line says."""
+    counts = document.get("audit_counts")
+    if counts is not None:
+        return int(counts["judged"]), int(counts["applicable"])
+    # A file written before audit_counts: its counts are only in the sentence (the one place it is parsed).
+    audit = AUDIT_LINE.match(document["audit"])
+    return None if audit is None else (int(audit.group(1)), int(audit.group(2)))
 
 
 def _item_line(item: dict[str, Any]) -> str:

@@ -57,7 +57,7 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
     if too_fast is not None:
         message, ceiling = too_fast
         capacity = measured_properties(value, f"<= {ceiling:.1f}", unit, threshold)
-        return failed(message, capacity + _pair_props(ctx, src, dst, m))
+        return failed(message, capacity + _pair_props(ctx, src, dst, m), badness=-value)  # against a ceiling
     if value >= threshold.value if comparison == "min" else value <= threshold.value:
         # One partial, not closures over nine names: ~15,000 of these per 72-GPU run.
         return PassedLater(
@@ -71,6 +71,7 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
         f"GPU {src} -> GPU {dst}: {_label(kind)} {shown}, {word} {threshold.value} {unit} "
         f"({threshold.where()}); likely cause: {_bandwidth_cause(ctx, src, dst, kind, value)}",
         props,
+        badness=value if comparison == "min" else -value,
     )
 
 
@@ -280,6 +281,7 @@ def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Ve
             "read with the wrong semantics (per-link vs all-link aggregate, KiB vs bytes, TX and RX both summed) "
             "or other traffic ran during the copy — the proof of path cannot be trusted",
             _proof_props(ctx, (src, dst), m, bounds),
+            badness=fraction,  # ranked by its share, as against the floor
         )
     if fraction >= threshold.value:
         return PassedLater(partial(_proof_passed, ctx, (src, dst), m, bounds), fraction)
@@ -292,6 +294,7 @@ def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Ve
         f"({fraction:.0%}){pcie_text}, expected >= {threshold.value:.0%} ({threshold.where()}); check P2P "
         "status, Fabric Manager and VM passthrough of NVLink",
         _proof_props(ctx, (src, dst), m, bounds),
+        badness=fraction,
     )
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_nvlink.model import pair_id
-from pytest_nvlink.verdict import Outcome, PassedLater, Verdict
+from pytest_nvlink.verdict import Outcome, Verdict
 
 Pair = tuple[int, int]
 FAILURES_NAMED = 8  # failing peers spelled out in the message; the rest are counted (all are in the record)
@@ -235,27 +235,23 @@ def _figure(verdict: Verdict) -> tuple[str | None, str | None, str | None]:
 
 
 def _badness(verdict: Verdict) -> float | None:
-    """Smaller is worse; None when the figure is not a number or the bound's direction is unknown."""
-    if isinstance(verdict, PassedLater):
-        return verdict.badness  # the judge's own figure: its words need not be written to rank it
-    measured, expected, _ = _figure(verdict)
-    try:
-        value = float(measured or "")
-    except ValueError:
+    """Smaller is worse; None when the judge gave the verdict no figure with a direction (Verdict.badness)."""
+    return verdict.badness
+
+
+def pair_records(verdict: Verdict, every: bool = True) -> list[dict[str, object]] | None:
+    """The per-pair verdicts of a group verdict as plain data for the results record; None for one pair.
+
+    ``every=False`` keeps only a group's pairs that did not pass, and nothing of a passing group: what the
+    terminal marks, without writing the words of thousands of passing pairs.
+    """
+    if not every and verdict.outcome is type(verdict.outcome).PASS:
         return None
-    expected = expected or ""
-    if expected.startswith(">="):
-        return value
-    if expected.startswith("<="):
-        return -value
-    return None
-
-
-def pair_records(verdict: Verdict) -> list[dict[str, object]] | None:
-    """The per-pair verdicts of a group verdict as plain data for the results record; None for one pair."""
     # Duck-typed: pytester's in-process runs re-import this module, so isinstance would miss.
     pairs: list[tuple[Pair, Verdict]] | None = getattr(verdict, "pairs", None)
-    return None if pairs is None else [_pair_record(pair, v) for pair, v in pairs]
+    if pairs is None:
+        return None
+    return [_pair_record(pair, v) for pair, v in pairs if every or v.outcome is not type(v.outcome).PASS]
 
 
 def _pair_record(pair: Pair, verdict: Verdict) -> dict[str, object]:

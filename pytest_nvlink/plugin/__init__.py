@@ -434,8 +434,9 @@ def _new_judge() -> Callable[[Verdict], None]:
 def _record(item: pytest.Item, run: Run, verdict: Verdict, keep_pairs: bool) -> None:
     from pytest_nvlink.judges.groups import pair_records
 
-    # A per-source item's every pair goes to the results record, not into JUnit's properties.
-    item.stash[PAIRS_KEY] = pair_records(verdict) if keep_pairs else None
+    # A per-source item's every pair goes to the results record, not into JUnit's properties; a run writing
+    # neither JSON nor HTML keeps only the pairs of a failing group, which its terminal matrices mark.
+    item.stash[PAIRS_KEY] = pair_records(verdict, every=keep_pairs)
     item.user_properties.append(("suite", run.suite.name))
     item.user_properties.append(("source", run.node.source))
     item.user_properties.append(("outcome", verdict.outcome.value))

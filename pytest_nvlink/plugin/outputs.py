@@ -195,7 +195,7 @@ def _write_outputs(session: pytest.Session, run: Run) -> None:
         return
     from pytest_nvlink.record.results import Results
 
-    results = Results(run, log.results(), tally.line())
+    results = Results(run, log.results(), tally.line(), tally.counts())
     written = _add_sections(session, results)
     wanted = config.stash.get(OUTPUTS_KEY, [])
     if wanted:
@@ -260,23 +260,19 @@ def _save(session: pytest.Session, node: Node, path: Path) -> None:
 class _HtmlExtras(HoldsRunWeakly):
     """pytest-html: the picture a failing row is about (heatmap or topology) as an extra on that row."""
 
-    def __init__(self, run: Run) -> None:
-        super().__init__(run)
-        self.rendered: dict[str, str | None] = {}
-
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
         report = yield
         if report.when != "call" or not report.failed or item.get_closest_marker("nvlink") is None:
             return report
+        from pytest_nvlink.record.items import item_result
+        from pytest_nvlink.report.html import picture_html
         from pytest_nvlink.report.pytest_html import html_extra
 
-        check = item.name.split("[")[0]
-        if check not in self.rendered:
-            from pytest_nvlink.report.html import picture_html
-
-            self.rendered[check] = picture_html(self.run, check)
-        picture = self.rendered[check]
+        # Marked with the verdicts recorded so far and this row's own: the pairs judged after it are not known yet.
+        log = item.config.stash.get(ITEM_LOG_KEY, None)
+        judged = [*(log.results() if log is not None else []), item_result(report)]
+        picture = picture_html(self.run, item.name.split("[")[0], judged)
         if picture is not None:
             report.extras = [*getattr(report, "extras", []), html_extra(picture)]
         return report

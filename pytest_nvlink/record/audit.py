@@ -21,6 +21,14 @@ JUDGED: frozenset[str] = frozenset({Outcome.PASS.value, Outcome.FAIL.value})
 UNJUDGED = "unjudged"  # the item ran but recorded no verdict (setup error, or never called nvlink_judge)
 
 
+@dataclass(frozen=True)
+class AuditCounts:
+    """The partial-audit figures as numbers: checks judged on facts, of those that should have been."""
+
+    judged: int
+    applicable: int
+
+
 @dataclass
 class AuditTally:
     """The verdict outcome of every nvlink-marked item, by node id."""
@@ -46,6 +54,9 @@ class AuditTally:
     @property
     def judged(self) -> int:
         return sum(1 for outcome in self.outcomes.values() if outcome in JUDGED)
+
+    def counts(self) -> AuditCounts:
+        return AuditCounts(self.judged, self.applicable)
 
     def judged_nothing(self) -> bool:
         """True when nvlink checks ran and not one of them gave a verdict on facts."""

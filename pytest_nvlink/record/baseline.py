@@ -150,12 +150,12 @@ def baseline_suite_properties(run: Run) -> list[tuple[str, str]]:
     props += [(f"baseline_unmatched_gpu{index}", reason) for index, reason in sorted(baseline.unmatched.items())]
     if baseline.problem:
         props.append(("baseline_problem", baseline.problem))
-    from pytest_nvlink.judges.baseline_match import environment_changes
+    from pytest_nvlink.judges.baseline_match import changed_settings
 
-    return props + [(f"changed_{_name(change)}", change) for change in environment_changes(run.node, baseline)]
+    changes = [EnvironmentChange(*change) for change in changed_settings(run.node, baseline)]
+    return props + [(f"changed_{_name(change.what)}", change.text) for change in changes]
 
 
-def _name(change: str) -> str:
-    """``GPU 3 VBIOS 96.00.5E.00.01 → …`` -> ``gpu_3_vbios``: the words before the old value."""
-    words = change.split(" → ", maxsplit=1)[0].split(" ")[:-1]
-    return "_".join(words).lower()
+def _name(what: str) -> str:
+    """``GPU 3 VBIOS`` -> ``gpu_3_vbios``: the property's name from what changed, never from its values."""
+    return "_".join(what.split()).lower()

@@ -6,11 +6,12 @@ scraped from pytest's text, and nothing imports pytest.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
 
+from pytest_nvlink.model import CollectiveMeasurement
 from pytest_nvlink.record.audit import UNJUDGED
 
 # Properties the plugin adds to every verdict's own ones (plugin._record), kept out of ``properties``.
@@ -33,12 +34,57 @@ class ItemResult:
     # where ``properties`` keeps one value per name.
     improvements: list[str] = field(default_factory=list)
     # A per-source item (``gpu17->*``): every pair's verdict (src, dst, outcome, message, measured, expected,
-    # unit); None for an item judging one GPU or pair.
+    # unit) in a run that writes the JSON or HTML report, else only the pairs of a group that did not pass;
+    # None for an item judging one GPU or pair, or a passing group in a run that writes neither.
     pairs: list[dict[str, Any]] | None = None
 
     @property
     def failed(self) -> bool:
         return self.pytest_outcome in ("failed", "error")
+
+
+def pair_outcomes(items: Iterable[ItemResult], check: str) -> dict[tuple[int, int], str]:
+    """Each ordered pair's verdict outcome under ``check``: a per-pair item's own (its ``gpu_src``/``gpu_dst``),
+    or the pair records a per-source item carries; a pair with no verdict in the record is absent."""
+    found: dict[tuple[int, int], str] = {}
+    for item in items:
+        if item.check != check:
+            continue
+        if item.pairs is not None:
+            found.update(((int(pair["src"]), int(pair["dst"])), str(pair["outcome"])) for pair in item.pairs)
+        elif "worst_pair" not in item.properties and "gpu_src" in item.properties and "gpu_dst" in item.properties:
+            found[(int(item.properties["gpu_src"]), int(item.properties["gpu_dst"]))] = item.outcome
+    return found
+
+
+COLLECTIVE_CHECK = "test_collective_busbw"
+
+
+def collective_outcomes(measurements: Sequence[CollectiveMeasurement], items: Iterable[ItemResult]) -> dict[int, str]:
+    """``id(row)`` -> its verdict's outcome, for each collective row a verdict judged; other rows are absent.
+
+    The row is the one the verdict's own properties describe (operation by its threshold key, size, ranks,
+    time, algbw, data check), so the table marks the verdict's row and never picks one itself.
+    """
+    found: dict[int, str] = {}
+    for item in items:
+        props = item.properties
+        if item.check != COLLECTIVE_CHECK or "size_bytes" not in props:
+            continue
+        described = (
+            props["size_bytes"],
+            props.get("world_size"),
+            props.get("time_us"),
+            props.get("algbw_gbps"),
+            props.get("correct"),
+        )
+        for m in measurements:
+            key = f"collectives.{m.op}.busbw_min_gbps"
+            row = (str(m.size_bytes), str(m.world_size), str(m.time_us), str(m.algbw_gbps), str(m.correct))
+            if props.get("threshold_key") == key and row == described:
+                found[id(m)] = item.outcome
+                break  # rows alike in every recorded field: the verdict's is the first of them
+    return found
 
 
 def check_name(nodeid: str) -> str:

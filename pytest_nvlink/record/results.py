@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_nvlink.model import NcclAudit
-from pytest_nvlink.record.audit import UNJUDGED
+from pytest_nvlink.record.audit import UNJUDGED, AuditCounts
 from pytest_nvlink.record.items import ItemResult
 from pytest_nvlink.record.run import Run
 from pytest_nvlink.verdict import Outcome
@@ -96,6 +96,7 @@ class Results:
     run: Run
     items: list[ItemResult]
     audit: str  # the "partial audit: N of M checks had evidence" line
+    audit_counts: AuditCounts  # its N and M as numbers, which the fleet reads
     sections: list[ReportSection] = field(default_factory=list)  # a site's own, from its hooks (plugin.hookspecs)
 
     @property

@@ -7,14 +7,16 @@ markup. It opens offline from a ticket attachment and prints on A4.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_nvlink.core.atomic import write_text_atomically
-from pytest_nvlink.model import Gpu
+from pytest_nvlink.model import CollectiveMeasurement, Gpu
 from pytest_nvlink.record.coverage import coverage_rows, file_coverage
+from pytest_nvlink.record.items import ItemResult, collective_outcomes, pair_outcomes
 from pytest_nvlink.record.results import Results, source_text
 from pytest_nvlink.record.run import Run
 from pytest_nvlink.record.unknowns import recorded_unknowns
@@ -82,15 +84,17 @@ CHECK_PICTURES: dict[str, str] = {
 }
 
 
-def picture_html(run: Run, check: str) -> str | None:
-    """The topology table or the heatmap (inline SVG) for ``check``; None when it has none or nothing was measured."""
+def picture_html(run: Run, check: str, items: Sequence[ItemResult]) -> str | None:
+    """The topology table or the heatmap (inline SVG) for ``check``; None when it has none or nothing was measured.
+
+    A heatmap marks the pairs whose verdicts in ``items`` failed."""
     picture = CHECK_PICTURES.get(check)
     if picture is None:
         return None
     macros = environment().get_template("pictures.html.j2").module
     if picture == "topology":
         return str(macros.topology_table(pictures.topology_rows(run))) if run.node.gpus else None  # type: ignore[attr-defined]
-    heatmap = _heatmap(run, picture)
+    heatmap = _heatmap(run, picture, items)
     return None if heatmap is None else str(macros.heatmap(heatmap))  # type: ignore[attr-defined]
 
 
@@ -115,8 +119,8 @@ def report_context(results: Results) -> dict[str, object]:
         "models": sorted({gpu.name or "unknown model" for gpu in node.gpus}),
         "gpus": [_gpu_row(gpu) for gpu in node.gpus],
         "topology": pictures.topology_rows(run) if node.gpus else [],
-        "heatmaps": [h for h in (_heatmap(run, kind) for kind in P2P_KINDS) if h is not None],
-        "collectives": sorted(node.measurements.collectives, key=lambda m: (m.op, m.size_bytes)),
+        "heatmaps": [h for h in (_heatmap(run, kind, results.items) for kind in P2P_KINDS) if h is not None],
+        "collectives": collective_rows(node.measurements.collectives, results.items),
         "floors": {
             op: run.thresholds.value(f"collectives.{op}.busbw_min_gbps")
             for op in {m.op for m in node.measurements.collectives}
@@ -129,7 +133,16 @@ def report_context(results: Results) -> dict[str, object]:
     }
 
 
-def _heatmap(run: Run, kind: str) -> Heatmap | None:
+def collective_rows(
+    measurements: list[CollectiveMeasurement], items: Sequence[ItemResult]
+) -> list[tuple[CollectiveMeasurement, bool]]:
+    """Each row, by operation and size, and whether the verdict that judged it failed (as the record says)."""
+    judged = collective_outcomes(measurements, items)
+    ordered = sorted(measurements, key=lambda m: (m.op, m.size_bytes))
+    return [(m, judged.get(id(m)) == "fail") for m in ordered]
+
+
+def _heatmap(run: Run, kind: str, items: Sequence[ItemResult]) -> Heatmap | None:
     if not any(m.kind == kind for m in run.node.measurements.p2p):
         return None
     scale = pictures.p2p_scale(run, kind)
@@ -137,9 +150,9 @@ def _heatmap(run: Run, kind: str) -> Heatmap | None:
         values = [m.value for m in run.node.measurements.p2p if m.kind == kind and m.value is not None]
         scale = pictures.Scale(0.0, max(values, default=1.0), None, kind != "latency", "largest figure (no SKU scale)")
     size = max(run.suite.gpu_count, len(run.node.gpus))
-    return Heatmap(
-        kind, pictures.UNIT[kind], size, pictures.heatmap(run, kind, scale), scale, pictures.worst(run, kind)
-    )
+    failing = {pair for pair, outcome in pair_outcomes(items, f"test_p2p_{kind}").items() if outcome == "fail"}
+    cells = pictures.heatmap(run, kind, scale, failing)
+    return Heatmap(kind, pictures.UNIT[kind], size, cells, scale, pictures.worst(run, kind))
 
 
 def _gpu_row(gpu: Gpu) -> GpuRow:

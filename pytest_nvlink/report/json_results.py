@@ -38,6 +38,7 @@ def results_document(results: Results) -> dict[str, Any]:
         "thresholds": {"name": run.thresholds.name, "files": [str(f) for f in run.thresholds.files]},
         "counts": results.counts(),
         "audit": results.audit,
+        "audit_counts": {"judged": results.audit_counts.judged, "applicable": results.audit_counts.applicable},
         "items": [_item(item) for item in results.items],
         "baseline": baseline_document(results.baseline),
         "nccl_transports": [{"transport": name, "channels": count} for name, count in results.nccl_transports],

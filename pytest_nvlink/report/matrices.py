@@ -9,11 +9,13 @@ JSON and HTML reports, which are the record a sign-off reads.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 
 from tabulate import tabulate
 
 from pytest_nvlink.config.suites import path_matches
 from pytest_nvlink.model import Node, P2PMeasurement
+from pytest_nvlink.record.items import ItemResult, pair_outcomes
 from pytest_nvlink.record.run import Run
 
 FULL_MATRIX_UP_TO_GPUS = 16  # as one test item per pair: above it, per-GPU rows
@@ -89,21 +91,22 @@ def _first_of(named: list[str]) -> str:
     return f"{', '.join(named[:CELLS_NAMED])} and {len(named) - CELLS_NAMED} more"
 
 
-def p2p_lines(run: Run, kind: str = "unidirectional") -> list[str]:
-    """The P2P figures: the full matrix, or above 16 GPUs the spread and the source GPUs with a low or failed
-    figure; then the worst pair."""
+def p2p_lines(run: Run, items: Sequence[ItemResult], kind: str = "unidirectional") -> list[str]:
+    """The P2P figures: the full matrix, or above 16 GPUs the spread and the source GPUs with a failing pair or a
+    failed measurement; then the worst pair. Which pair fails is its verdict's, read from the record's ``items``."""
     if _gpu_count(run) <= FULL_MATRIX_UP_TO_GPUS:
-        lines = [f"P2P {kind} GB/s ('!' = below the SKU minimum):", *p2p_matrix(run, kind).splitlines()]
+        lines = [f"P2P {kind} GB/s ('!' = the pair fails its check):", *p2p_matrix(run, items, kind).splitlines()]
     else:
-        lines = p2p_summary(run, kind)
+        lines = p2p_summary(run, items, kind)
     worst = worst_pair(run, kind)
     return [*lines, worst, ""] if worst else [*lines, ""]
 
 
-def p2p_matrix(run: Run, kind: str = "unidirectional") -> str:
-    """GB/s per ordered pair (row = source), as p2pBandwidthLatencyTest prints; below-floor cells are '!'-marked."""
+def p2p_matrix(run: Run, items: Sequence[ItemResult], kind: str = "unidirectional") -> str:
+    """GB/s per ordered pair (row = source), as p2pBandwidthLatencyTest prints; a pair whose verdict failed
+    (below the floor, beyond what its links carry, on a path that is not NVLink) is '!'-marked."""
     figures = _figures(run, kind)
-    floor = run.thresholds.value(f"p2p.{kind}_min_gbps")
+    failing = _failing_pairs(items, kind)
     count = _gpu_count(run)
     rows = []
     for src in range(count):
@@ -115,24 +118,24 @@ def p2p_matrix(run: Run, kind: str = "unidirectional") -> str:
             elif m.value is None:
                 row.append("err")
             else:
-                low = floor is not None and run.suite.pair_expects_nvlink(src, dst) and m.value < floor
-                row.append(f"{m.value:.1f}{'!' if low else ''}")
+                row.append(f"{m.value:.1f}{'!' if (src, dst) in failing else ''}")
         rows.append(row)
     return tabulate(rows, headers=["src\\dst", *[f"GPU{i}" for i in range(count)]], tablefmt="plain")
 
 
-def p2p_summary(run: Run, kind: str = "unidirectional") -> list[str]:
-    """The spread over every ordered pair, then one row per source GPU with a figure below the floor or a failed
-    measurement: how many, and its lowest figure and peer."""
+def p2p_summary(run: Run, items: Sequence[ItemResult], kind: str = "unidirectional") -> list[str]:
+    """The spread over every ordered pair, then one row per source GPU with a pair whose verdict failed or a
+    failed measurement: how many, and the lowest failing figure and its peer."""
     by_source: dict[int, list[P2PMeasurement]] = defaultdict(list)
     for (src, dst), m in _figures(run, kind).items():
         if src != dst:
             by_source[src].append(m)
     floor = run.thresholds.value(f"p2p.{kind}_min_gbps")
+    failing = _failing_pairs(items, kind)
     rows = []
     for src in range(_gpu_count(run)):
         mine = by_source.get(src, [])
-        below = [m for m in mine if _below(run, m, floor)]
+        below = [m for m in mine if m.value is not None and (m.src, m.dst) in failing]
         failed = [m for m in mine if m.value is None]
         if below or failed:
             low = min(below, key=lambda m: m.value or 0.0) if below else None
@@ -140,8 +143,8 @@ def p2p_summary(run: Run, kind: str = "unidirectional") -> list[str]:
             rows.append([f"GPU{src}", len(mine), len(below), len(failed), lowest])
     lines = [_spread(run, kind, [m.value for ms in by_source.values() for m in ms if m.value is not None], floor)]
     if not rows:
-        return [*lines, "no source GPU has a figure below the floor or a failed measurement"]
-    headers = ["src", "peers measured", "below floor", "failed", "lowest (peer)"]
+        return [*lines, "no source GPU has a failing pair or a failed measurement"]
+    headers = ["src", "peers measured", "failing", "failed", "lowest (peer)"]
     return [*lines, *tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True).splitlines()]
 
 
@@ -162,9 +165,9 @@ def _figures(run: Run, kind: str) -> dict[tuple[int, int], P2PMeasurement]:
     return {(m.src, m.dst): m for m in run.node.measurements.p2p if m.kind == kind}
 
 
-def _below(run: Run, m: P2PMeasurement, floor: float | None) -> bool:
-    # The figure first: the suite's expectation is looked up only for the few pairs below the floor.
-    return floor is not None and m.value is not None and m.value < floor and run.suite.pair_expects_nvlink(m.src, m.dst)
+def _failing_pairs(items: Sequence[ItemResult], kind: str) -> set[tuple[int, int]]:
+    """The ordered pairs whose ``test_p2p_<kind>`` verdict failed, as the results record holds them."""
+    return {pair for pair, outcome in pair_outcomes(items, f"test_p2p_{kind}").items() if outcome == "fail"}
 
 
 def worst_pair(run: Run, kind: str = "unidirectional") -> str | None:

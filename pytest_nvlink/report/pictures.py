@@ -83,24 +83,24 @@ class Cell:
     text: str
     fill: str
     ink: str
-    flagged: bool  # beyond the SKU's limit on a pair the suite expects on NVLink, or not measured
+    flagged: bool  # the pair's verdict failed, or it was not measured
     title: str
 
 
 UNIT = {"unidirectional": "GB/s", "bidirectional": "GB/s", "latency": "us"}
 
 
-def heatmap(run: Run, kind: str, scale: Scale) -> list[Cell]:
+def heatmap(run: Run, kind: str, scale: Scale, failing: set[tuple[int, int]]) -> list[Cell]:
+    """One cell per measured ordered pair; ``failing`` (the pairs whose verdict failed, from the record) are flagged."""
     figures = {(m.src, m.dst): m for m in run.node.measurements.p2p if m.kind == kind}
     cells = []
     for (src, dst), m in sorted(figures.items()):
-        expects = run.suite.pair_expects_nvlink(src, dst)
         if m.value is None:
             title = f"GPU {src} -> GPU {dst}: not measured ({m.error or 'no figure'})"
             cells.append(Cell(src, dst, "err", "#d62728", "#fff", True, title))
             continue
         fill = scale.colour(m.value)
-        flagged = expects and scale.breaks_limit(m.value)
+        flagged = (src, dst) in failing
         title = f"GPU {src} -> GPU {dst}: {m.value:.1f} {UNIT[kind]}"
         cells.append(Cell(src, dst, f"{m.value:.1f}{'!' if flagged else ''}", fill, text_colour(fill), flagged, title))
     return cells

@@ -13,10 +13,9 @@ from typing import Any
 
 from tabulate import tabulate
 
-from pytest_nvlink.judges.collectives import pick_collective
-from pytest_nvlink.model import Node
+from pytest_nvlink.model import CollectiveMeasurement, Node
 from pytest_nvlink.record.audit import AuditTally, no_verdict_line
-from pytest_nvlink.record.items import ItemLog, ItemResult
+from pytest_nvlink.record.items import ItemLog, ItemResult, collective_outcomes
 from pytest_nvlink.record.results import nccl_transport_line, source_text
 from pytest_nvlink.record.run import BASELINE_NOT_COLLECTED, Run
 from pytest_nvlink.record.unknowns import recorded_unknowns
@@ -100,18 +99,16 @@ def _short(message: str, limit: int = 110) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def collective_table(run: Run) -> str:
-    """Every size measured; only the size the verdict judges (``collectives.<op>.size_mib``) gets ok/BELOW."""
+def collective_table(run: Run, items: Sequence[ItemResult]) -> str:
+    """Every size measured; only the row a verdict judged gets its mark, read from the results record's ``items``."""
     results = run.node.measurements.collectives
-    judged = {id(pick_collective(op, _size_mib(run, op), results)) for op in {m.op for m in results}}
+    judged = collective_outcomes(results, items)
     rows = []
     for m in sorted(results, key=lambda m: (m.op, m.size_bytes)):
         floor = run.thresholds.value(f"collectives.{m.op}.busbw_min_gbps")
         verdict = "error" if m.error else ("WRONG DATA" if m.correct is False else "")
-        if not verdict and id(m) not in judged:
-            verdict = "(sweep)"
-        elif not verdict and floor is not None and m.busbw_gbps is not None:
-            verdict = "ok" if m.busbw_gbps >= floor else "BELOW"
+        if not verdict:
+            verdict = _mark(judged.get(id(m)), m, floor)
         rows.append(
             [m.op, f"{m.size_bytes / (1 << 20):g}", m.world_size, m.time_us, m.algbw_gbps, m.busbw_gbps, floor, verdict]
         )
@@ -119,17 +116,26 @@ def collective_table(run: Run) -> str:
     return tabulate(rows, headers=headers, tablefmt="simple", floatfmt=".1f")
 
 
-def _size_mib(run: Run, op: str) -> int:
-    return int(run.thresholds.value(f"collectives.{op}.size_mib", 1024))
+def _mark(outcome: str | None, m: CollectiveMeasurement, floor: float | None) -> str:
+    """The row's verdict as recorded: "ok" for a pass; a failure reads BELOW when its figure is under the floor
+    shown beside it, else FAIL (its ranks do not cover the suite, say); a row no verdict judged is a sweep row."""
+    if outcome is None:
+        return "(sweep)"
+    if outcome == "pass":
+        return "ok"
+    if outcome != "fail":
+        return ""  # waived or without evidence: the check table says why
+    below = floor is not None and m.busbw_gbps is not None and m.busbw_gbps < floor
+    return "BELOW" if below else "FAIL"
 
 
-def measurement_lines(run: Run) -> list[str]:
+def measurement_lines(run: Run, items: Sequence[ItemResult]) -> list[str]:
     measurements = run.node.measurements
     lines: list[str] = []
     if any(m.kind == "unidirectional" for m in measurements.p2p):
-        lines += p2p_lines(run)
+        lines += p2p_lines(run, items)
     if measurements.collectives:
-        lines += [*collective_table(run).splitlines(), ""]
+        lines += [*collective_table(run, items).splitlines(), ""]
     transports = nccl_transport_line(run)
     if transports:
         lines += [transports, ""]
@@ -144,7 +150,7 @@ def summary_lines(
     lines: list[str] = []
     if run.node.gpus:
         lines += topology_lines(run)
-    lines += measurement_lines(run)
+    lines += measurement_lines(run, items)
     lines += check_table_of(items).splitlines()
     lines += error_counter_lines(run.node)
     unknowns = recorded_unknowns(run.node, run.thresholds)
