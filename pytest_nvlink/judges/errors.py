@@ -71,22 +71,20 @@ def judge_error_counters(thresholds: Thresholds, node: Node, gpu: Gpu, base: lis
             props + _summary_props(tally, thresholds),
         )
     if tally.unread:
-        return unknown(
-            node.source, what, f"not read: {'; '.join(tally.unread)}", props + _summary_props(tally, thresholds)
-        )
+        return unknown(what, f"not read: {'; '.join(tally.unread)}", props + _summary_props(tally, thresholds))
     if not tally.findings:
         reason = "every limit that applies is waived" + ("" if run else " and no increase during a run was recorded")
-        return unknown(node.source, what, f"nothing was judged: {reason}", props + _summary_props(tally, thresholds))
+        return unknown(what, f"nothing was judged: {reason}", props + _summary_props(tally, thresholds))
     judged = "the increase during this run and the lifetime totals" if run else _totals_only(node)
     waived = f"; waived: {', '.join(tally.waived_keys)}" if tally.waived_keys else ""
     return passed(f"GPU {gpu.index}: NVLink error counters within limits (judged: {judged}{waived})", props)
 
 
 def _totals_only(node: Node) -> str:
-    return (
-        "lifetime totals only; no increase during a run was recorded "
-        f"({'no measurement campaign ran' if node.source == 'live' else 'the source holds totals only'})"
-    )
+    # Counters read from files (evidence, or a snapshot of it) are all the files say; otherwise this run or
+    # the run a snapshot saved could have measured the increase, and measured nothing.
+    why = "the source holds totals only" if node.provenance.get("nvlink_errors") else "no measurement campaign ran"
+    return f"lifetime totals only; no increase during a run was recorded ({why})"
 
 
 def _judge(
