@@ -21,6 +21,7 @@ from pytest_nvlink.judges import bandwidth, collectives, inventory, nvlink, plat
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.judges.groups import PairSet, pair_records
 from pytest_nvlink.plugin.kit import unknown_is
+from pytest_nvlink.record.run import RunOptions
 from pytest_nvlink.sources.snapshot.file import load_snapshot
 from pytest_nvlink.verdict import Outcome, Unknown, Verdict, failed, passed, resolved, unknown
 
@@ -167,3 +168,33 @@ def test_a_groups_unknown_pair_ranks_as_its_resolved_outcome() -> None:
     assert [record["outcome"] for record in records] == ["pass", "pass", "no_evidence"]
     one = PairSet(((17, 40),), ordered=True, grouped=False, unknown_is=Outcome.NO_EVIDENCE)
     assert one.verdict(judge).outcome is Outcome.NO_EVIDENCE
+
+
+def test_totals_only_wording_follows_whether_the_run_measures_the_node() -> None:
+    base = _context()
+    base.node.error_window_s = None
+    for gpu in base.node.gpus:
+        for link in gpu.nvlinks or []:
+            link.errors_run = None
+    said = {}
+    for source in SOURCES:
+        for measures in (True, False):
+            ctx = dataclasses.replace(copy.deepcopy(base), measures_node=measures)
+            ctx.node.source = source
+            verdict = nvlink.nvlink_errors(ctx, 1)
+            assert verdict.ok, verdict.message
+            said[source, measures] = verdict.message
+    assert {said[source, True] for source in SOURCES} == {said["live", True]}
+    assert {said[source, False] for source in SOURCES} == {said["live", False]}
+    assert "no increase during a run was recorded (no measurement campaign ran)" in said["live", True]
+    assert "no increase during a run was recorded (the source holds totals only)" in said["live", False]
+
+
+@pytest.mark.parametrize(("source", "measures"), [("live", True), ("replay", False), ("evidence", False)])
+def test_a_run_measures_its_node_only_when_it_probed_it(source: str, measures: bool) -> None:
+    from pytest_nvlink.model import Node
+    from pytest_nvlink.record.run import Run
+
+    suite = load_suite("h100-8gpu")
+    run = Run(RunOptions(suite="h100-8gpu"), Node(source=source), suite, load_thresholds(suite.thresholds_ref))
+    assert run.context.measures_node is measures

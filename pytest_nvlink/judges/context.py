@@ -28,6 +28,9 @@ class Context:
     thresholds: Thresholds
     # Why --nvlink-suite=auto found no suite for this node; the inventory gate fails with it.
     auto_mismatch: str | None = None
+    # Whether this run measures the node itself (a live run): a figure or increase it lacks was not measured
+    # here, where a replayed or evidence node's figures are all that its files hold.
+    measures_node: bool = False
     # Answers about one GPU or pair that every pair check asks again (a 72-GPU domain has 5,112 ordered
     # pairs and six pair checks). The node's facts are final once its source is read; only measurements,
     # which these answers do not read, are added later.

@@ -178,4 +178,4 @@ def nvlink_errors(ctx: Context, gpu: Gpu) -> Verdict:
     dead = _no_active_links(ctx, gpu, "NVLink error counters")
     if dead:
         return dead
-    return judge_error_counters(ctx.thresholds, ctx.node, gpu, gpu_properties(gpu))
+    return judge_error_counters(ctx.thresholds, ctx.node, gpu, gpu_properties(gpu), measured_here=ctx.measures_node)
