@@ -198,3 +198,22 @@ def test_a_run_measures_its_node_only_when_it_probed_it(source: str, measures: b
     suite = load_suite("h100-8gpu")
     run = Run(RunOptions(suite="h100-8gpu"), Node(source=source), suite, load_thresholds(suite.thresholds_ref))
     assert run.context.measures_node is measures
+
+
+def test_files_that_list_no_gpus_cannot_say_one_is_missing_but_a_probe_can(tmp_path: Path) -> None:
+    from conftest import sample
+
+    from pytest_nvlink.model import Node
+    from pytest_nvlink.sources.evidence.load import load_evidence
+
+    log = tmp_path / "nccl.txt"
+    log.write_text(sample("nccl-debug/h20-nvlink-two-pods-p2p-cumem-nccl1781.txt"), encoding="utf-8")
+    suite = load_suite("h100-8gpu")
+    thresholds = load_thresholds(suite.thresholds_ref)
+    files = Context(load_evidence([log]), suite, thresholds)  # an NCCL log alone: no GPU listed
+    for verdict in (inventory.gpu_count(files), nvlink.nvlink_active_links(files, 0)):
+        assert verdict.outcome is Outcome.UNKNOWN
+        assert resolved(verdict, unknown_is("evidence")).message.endswith(": the evidence files list no GPUs")
+    probed = Context(Node(source="live"), suite, thresholds)  # NVML counted no GPU: that is an answer
+    assert inventory.gpu_count(probed).outcome is Outcome.FAIL
+    assert "expected 8 GPUs" in inventory.gpu_count(probed).message
