@@ -1,7 +1,10 @@
 """The outcome of one check, independent of pytest: pass, fail or not-applicable, with evidence.
 
 Checks build a :class:`Verdict`; the plugin turns it into a pass, ``pytest.fail`` or
-``pytest.skip`` and copies its properties into the JUnit report.
+``pytest.skip`` and copies its properties into the JUnit report. A judge that cannot tell says
+UNKNOWN (:func:`unknown`), from the node's facts alone; what an unknown counts as in a run (a
+failure, or "no evidence" when judging files) is decided once by the plugin and applied with
+:func:`resolved` before anything records the verdict.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ class Outcome(Enum):
     FAIL = "fail"
     NOT_APPLICABLE = "not_applicable"  # the suite says this check does not apply
     NO_EVIDENCE = "no_evidence"  # evidence files do not cover it; fails unless the user allows skips
+    # A fact the source could not give; never recorded: resolved() turns it into FAIL or NO_EVIDENCE first.
+    UNKNOWN = "unknown"
 
 
 @dataclass
@@ -171,8 +176,40 @@ def waived(waiver: Waiver) -> Verdict:
     )
 
 
-def unknown(source: str, what: str, reason: str, props: list[tuple[str, str]]) -> Verdict:
-    """A fact the source could not give: a failure, or "no evidence" when judging files."""
-    if source == "evidence":
-        return Verdict(Outcome.NO_EVIDENCE, f"no evidence for {what}: {reason}", props)
-    return Verdict(Outcome.FAIL, f"could not determine {what}: {reason}", props)
+@dataclass
+class Unknown(Verdict):
+    """An UNKNOWN verdict: what could not be determined and why, worded only when it is resolved.
+
+    ``failure`` is the sentence it reads as when it counts as a failure, where that is not the usual
+    "could not determine {what}: {reason}"; ``reason`` None: the "no evidence" sentence names ``what`` only.
+    """
+
+    what: str = ""
+    reason: str | None = None
+    failure: str | None = None
+
+
+def unknown(what: str, reason: str | None, props: list[tuple[str, str]], *, failure: str | None = None) -> Verdict:
+    """A fact the source could not give: UNKNOWN, whichever source it is (see :func:`resolved`)."""
+    message = f"{what} unknown" + (f": {reason}" if reason is not None else "")
+    return Unknown(Outcome.UNKNOWN, message, props, what=what, reason=reason, failure=failure)
+
+
+def resolved(verdict: Verdict, unknown_is: Outcome) -> Verdict:
+    """``verdict``, or for an UNKNOWN one what it counts as in this run: ``unknown_is`` is FAIL or NO_EVIDENCE.
+
+    Any other verdict is returned as it is. Outcomes are compared by value and the answer's taken from the
+    verdict's own enum: pytester's in-process runs re-import these modules.
+    """
+    if verdict.outcome.value != Outcome.UNKNOWN.value:
+        return verdict
+    outcomes = type(verdict.outcome)
+    what = getattr(verdict, "what", "") or verdict.message
+    reason: str | None = getattr(verdict, "reason", None)
+    props, because = list(verdict.properties), (f": {reason}" if reason is not None else "")
+    if unknown_is.value == Outcome.NO_EVIDENCE.value:
+        return Verdict(outcomes.NO_EVIDENCE, f"no evidence for {what}{because}", props)
+    if unknown_is.value != Outcome.FAIL.value:
+        raise ValueError(f"an unknown counts as a failure or as no evidence, not {unknown_is.value}")
+    failure: str | None = getattr(verdict, "failure", None)
+    return Verdict(outcomes.FAIL, failure or f"could not determine {what}{because}", props)

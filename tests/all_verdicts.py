@@ -8,6 +8,8 @@ from itertools import combinations, permutations
 from types import ModuleType
 from typing import Any
 
+from conftest import as_recorded
+
 from pytest_nvlink.checks import (
     test_bandwidth,
     test_collectives,
@@ -21,7 +23,7 @@ from pytest_nvlink.config.thresholds import load_thresholds
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import Node, gpu_id, pair_id
 from pytest_nvlink.model.figures import RecordedMeasurements
-from pytest_nvlink.plugin.kit import CheckKit
+from pytest_nvlink.plugin.kit import CheckKit, unknown_is
 from pytest_nvlink.plugin.pairs import pair_sets
 from pytest_nvlink.verdict import Outcome, Verdict
 
@@ -51,7 +53,8 @@ def _params(ctx: Context, parameter: str) -> list[tuple[str, Any]]:
     if parameter == "nvlink_ordered_pair":
         return [(pair_id(a, b), (a, b)) for a, b in permutations(range(count), 2)]
     if parameter in ("nvlink_pairs", "nvlink_ordered_pairs"):
-        sets = pair_sets(ctx.suite, ordered=parameter == "nvlink_ordered_pairs")
+        ordered, unknowns = parameter == "nvlink_ordered_pairs", unknown_is(ctx.node.source)
+        sets = pair_sets(ctx.suite, ordered=ordered, unknown_is=unknowns)
         return [(pair_set.label, pair_set) for pair_set in sets]
     if parameter == "nvlink_collective":
         return [(op, op) for op in ctx.suite.measure.collectives]
@@ -77,5 +80,5 @@ def all_verdicts(node: Node, suite_name: str) -> dict[str, Outcome]:
                 kwargs[varying[0]] = value
             function(**{a: kwargs[a] for a in arguments})
             assert len(verdicts) == 1, name
-            outcomes[f"{name}[{case_id}]" if case_id else name] = verdicts[0].outcome
+            outcomes[f"{name}[{case_id}]" if case_id else name] = as_recorded(verdicts[0], ctx).outcome
     return outcomes

@@ -15,6 +15,15 @@ DATA = Path(__file__).resolve().parent / "data"
 EVIDENCE = DATA / "evidence"
 
 
+def as_recorded(verdict: Any, ctx: Any) -> Any:
+    """A judge's verdict as the plugin records it for ``ctx``'s node: an UNKNOWN resolved by the run's policy
+    (a failure, or "no evidence" when the node was read from evidence files)."""
+    from pytest_nvlink.plugin.kit import unknown_is
+    from pytest_nvlink.verdict import resolved
+
+    return resolved(verdict, unknown_is(ctx.node.source))
+
+
 def sample(relative: str) -> str:
     """A copied real sample without its three provenance header lines and the blank line after them."""
     lines = (EVIDENCE / relative).read_text(encoding="utf-8").split("\n")

@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import DATA, SNAPSHOTS
+from conftest import DATA, SNAPSHOTS, as_recorded
 
 from pytest_nvlink.config.values import ConfigError
 from pytest_nvlink.judges.baseline import _differing_conditions, p2p_pair
 from pytest_nvlink.judges.baseline_match import Baseline, environment_changes, match_gpus
-from pytest_nvlink.model import Environment, Gpu, Node
+from pytest_nvlink.model import Environment, Gpu, Node, P2PMeasurement
 from pytest_nvlink.model.document import SCHEMA_VERSION, migrate_document
 from pytest_nvlink.plugin.run import build_run
 from pytest_nvlink.record.environment import stamp_environment
@@ -98,9 +98,8 @@ def test_a_saved_run_records_its_outcome_and_environment() -> None:
 
 def test_a_missing_figure_now_fails_closed() -> None:
     run = _run()
-    verdict = p2p_pair(
-        run.context, run.baseline, 0, 1, {"unidirectional": None, "bidirectional": None, "latency": None}
-    )
+    figures: dict[str, P2PMeasurement | None] = {"unidirectional": None, "bidirectional": None, "latency": None}
+    verdict = as_recorded(p2p_pair(run.context, run.baseline, 0, 1, figures), run.context)
     assert verdict.outcome is Outcome.FAIL
     assert verdict.message.startswith("GPU 0 -> GPU 1: unidirectional: not measured in this run (baseline 373.0 GB/s)")
 

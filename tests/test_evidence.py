@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import sample, topo_p2p_text
+from conftest import as_recorded, sample, topo_p2p_text
 
 from pytest_nvlink.model import Gpu, GpuList, Node, NvLinkInfo, PairPath
 from pytest_nvlink.model.document import snapshot_document
@@ -387,7 +387,7 @@ def test_p2p_status_of_an_nvlink_pair_needs_the_nvlink_capability(tmp_path: Path
     node = load_evidence([write(tmp_path, "p2p.txt", text)])
     suite = load_suite("a100-8gpu")
     ctx = Context(node, suite, load_thresholds(suite.thresholds_ref))
-    access_only = p2p_status(ctx, 0, 2)
+    access_only = as_recorded(p2p_status(ctx, 0, 2), ctx)
     assert access_only.outcome is Outcome.NO_EVIDENCE
     assert "states CUDA peer access, which P2P over PCIe also grants, not NVLink P2P capability" in access_only.message
     # A refusal the file does state fails the pair, whatever it leaves unstated.

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import DATA, SNAPSHOTS
+from conftest import DATA, SNAPSHOTS, as_recorded
 
 from pytest_nvlink.config.suites import load_suite
 from pytest_nvlink.config.thresholds import Waiver, load_thresholds
@@ -88,12 +88,12 @@ def test_counters_never_read_are_unknown_not_zero() -> None:
     ctx = context()
     for link in ctx.node.gpus[0].nvlinks or []:
         link.errors = {"crc_data": 0}  # live: only the CRC data counter answered
-    verdict = nvlink.nvlink_errors(ctx, 0)
+    verdict = as_recorded(nvlink.nvlink_errors(ctx, 0), ctx)
     assert verdict.outcome is Outcome.FAIL
     assert verdict.message.startswith("could not determine the NVLink error counters of GPU 0: not read: replay")
     assert "recovery (total)" in verdict.message and "ecc_data (total)" in verdict.message
     ctx.node.source = "evidence"  # nvidia-smi nvlink -e printing "Replay Errors: N/A"
-    assert nvlink.nvlink_errors(ctx, 0).outcome is Outcome.NO_EVIDENCE
+    assert as_recorded(nvlink.nvlink_errors(ctx, 0), ctx).outcome is Outcome.NO_EVIDENCE
 
 
 def test_a_sku_without_a_counter_waives_it_instead() -> None:
@@ -101,7 +101,7 @@ def test_a_sku_without_a_counter_waives_it_instead() -> None:
     for link in ctx.node.gpus[0].nvlinks or []:
         assert link.errors is not None
         del link.errors["ecc_data"]
-    assert nvlink.nvlink_errors(ctx, 0).outcome is Outcome.FAIL
+    assert as_recorded(nvlink.nvlink_errors(ctx, 0), ctx).outcome is Outcome.FAIL
     key = "nvlink_errors.ecc_data_total_max"
     del ctx.thresholds.values[key]
     ctx.thresholds.waivers[key] = Waiver(key, "no ECC data counter on this SKU", Path("site.toml"))
@@ -144,7 +144,7 @@ def test_nothing_judged_is_not_a_pass() -> None:
         key = f"nvlink_errors.{counter}_total_max"
         del ctx.thresholds.values[key]
         ctx.thresholds.waivers[key] = Waiver(key, "we judge the run increase only", Path("site.toml"))
-    verdict = nvlink.nvlink_errors(ctx, 0)  # a snapshot without run figures: only totals, all waived
+    verdict = as_recorded(nvlink.nvlink_errors(ctx, 0), ctx)  # a snapshot without run figures: totals, all waived
     assert verdict.outcome is Outcome.FAIL
     assert "nothing was judged: every limit that applies is waived and no increase during a run" in verdict.message
     assert nvlink.nvlink_errors(_with_run(ctx, 0, 60.0), 0).ok
@@ -196,13 +196,14 @@ def test_crc_errors_are_judged_as_a_rate_over_the_campaign() -> None:
 
 
 def test_run_deltas_without_a_window_or_for_some_links_only_are_unknown() -> None:
-    no_window = nvlink.nvlink_errors(_with_run(context(), 1, None, crc_flit=5), 1)
+    windowless = _with_run(context(), 1, None, crc_flit=5)
+    no_window = as_recorded(nvlink.nvlink_errors(windowless, 1), windowless)
     assert (
         no_window.outcome is Outcome.FAIL and "length of the measurement window was not recorded" in no_window.message
     )
     partial = _with_run(context(), 1, 30.0)
     (partial.node.gpus[1].nvlinks or [])[4].errors_run = None
-    verdict = nvlink.nvlink_errors(partial, 1)
+    verdict = as_recorded(nvlink.nvlink_errors(partial, 1), partial)
     assert verdict.outcome is Outcome.FAIL and "replay (run) on link(s) 4" in verdict.message
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import SNAPSHOTS
+from conftest import SNAPSHOTS, as_recorded
 
 from pytest_nvlink.config.suites import load_suite
 from pytest_nvlink.config.thresholds import load_thresholds
@@ -56,9 +56,10 @@ def test_latency_is_a_maximum() -> None:
 
 def test_missing_or_crashed_measurement_fails_with_its_error() -> None:
     crashed = P2PMeasurement(0, 1, "unidirectional", None, "GB/s", error="timed out after 900 s")
-    verdict = bandwidth.p2p_figure(context(), 0, 1, "unidirectional", crashed)
+    ctx = context()
+    verdict = as_recorded(bandwidth.p2p_figure(ctx, 0, 1, "unidirectional", crashed), ctx)
     assert verdict.outcome is Outcome.FAIL and "timed out after 900 s" in verdict.message
-    assert bandwidth.p2p_figure(context(), 0, 1, "bidirectional", None).outcome is Outcome.FAIL
+    assert as_recorded(bandwidth.p2p_figure(ctx, 0, 1, "bidirectional", None), ctx).outcome is Outcome.FAIL
 
 
 def test_pcie_pairs_are_not_judged_against_nvlink_figures() -> None:
@@ -99,7 +100,7 @@ def test_path_proof_without_counters_fails_unless_waived() -> None:
         bytes_copied=GB,
         counters_note="NVML counters need admin (RmProfilingAdminOnly)",
     )
-    verdict = bandwidth.path_proof(ctx, 0, 1, missing)
+    verdict = as_recorded(bandwidth.path_proof(ctx, 0, 1, missing), ctx)
     assert verdict.outcome is Outcome.FAIL and "RmProfilingAdminOnly" in verdict.message
     assert '[waive] "p2p.nvlink_counter_fraction_min"' in verdict.message
     waived = copy.deepcopy(ctx)
@@ -135,7 +136,8 @@ def test_collective_wrong_data_fails_even_when_fast() -> None:
 
 def test_collective_at_other_size_is_not_the_judged_figure() -> None:
     # The minimum is defined at 4096 MiB; a passing figure at another size does not answer it.
-    verdict = collectives.collective(context(), "all_gather", [coll("all_gather", 1024, 320.0)])
+    ctx = context()
+    verdict = as_recorded(collectives.collective(ctx, "all_gather", [coll("all_gather", 1024, 320.0)]), ctx)
     assert verdict.outcome is Outcome.FAIL
     assert "no all_gather result at 4096 MiB" in verdict.message and "sizes recorded: 1024 MiB" in verdict.message
 
@@ -164,11 +166,13 @@ def test_nccl_transport_names_shm_channels_and_env() -> None:
     ring = [TransportChannel(0, r, r, (r + 1) % 8, (r + 1) % 8, "P2P", "P2P/CUMEM") for r in range(8)]
     assert collectives.nccl_transport(ctx, NcclAudit(channels=ring, nvls_available=True)).ok
     # One P2P channel between GPUs 0 and 1 says nothing about the other six GPUs of the suite.
-    partial = collectives.nccl_transport(ctx, NcclAudit(channels=audit.channels[:1], nvls_available=True))
+    partial = as_recorded(
+        collectives.nccl_transport(ctx, NcclAudit(channels=audit.channels[:1], nvls_available=True)), ctx
+    )
     assert partial.outcome is Outcome.FAIL
     assert "covers 2 rank(s) (0, 1) on GPU(s) 0, 1" in partial.message
     assert "no channel of GPU(s) 2, 3, 4, 5, 6, 7 was seen" in partial.message
-    assert collectives.nccl_transport(ctx, None).outcome is Outcome.FAIL
+    assert as_recorded(collectives.nccl_transport(ctx, None), ctx).outcome is Outcome.FAIL
 
 
 def test_shm_between_pcie_pairs_is_expected_on_bridge_suites() -> None:
@@ -211,7 +215,8 @@ def test_evidence_source_turns_unknown_into_no_evidence() -> None:
     ctx = context()
     ctx.node.source = "evidence"
     ctx.node.gpus[0].fabric = None
-    assert platform.fabric(ctx, 0).outcome is Outcome.NO_EVIDENCE
+    assert platform.fabric(ctx, 0).outcome is Outcome.UNKNOWN  # the judge does not read the source
+    assert as_recorded(platform.fabric(ctx, 0), ctx).outcome is Outcome.NO_EVIDENCE
 
 
 def test_lost_gpu_fails_count_and_its_items() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -94,7 +95,7 @@ def test_the_worst_is_ranked_by_the_judges_figure_never_by_the_expected_words() 
 
 def test_unknown_figures_fail_the_group() -> None:
     props = [("measured", "unknown"), ("expected", ">= 335.0"), ("unit", "GB/s"), *THRESHOLD]
-    missing = unknown("replay", "the unidirectional P2P bandwidth GPU 17 -> GPU 40", "no measurement recorded", props)
+    missing = unknown("the unidirectional P2P bandwidth GPU 17 -> GPU 40", "no measurement recorded", props)
     verdict = _judge({(17, 3): _figure(371.0, True), (17, 9): _figure(372.0, True), (17, 40): missing})
     assert verdict.outcome is Outcome.FAIL
     assert "GPU 17 -> GPU 40: could not determine" in verdict.message
@@ -137,8 +138,11 @@ def test_passes_mixed_with_excused_pairs_fail_closed() -> None:
 
 def test_all_pairs_without_evidence_stay_no_evidence() -> None:
     props = [("measured", "unknown"), ("expected", ">= 335.0"), ("unit", "GB/s"), *THRESHOLD]
-    verdict = _judge(dict.fromkeys([(17, 3), (17, 9), (17, 40)], unknown("evidence", "x", "no file", props)))
+    evidence = dataclasses.replace(SOURCE, unknown_is=Outcome.NO_EVIDENCE)
+    verdict = evidence.verdict(lambda src, dst: unknown("x", "no file", props))
     assert verdict.outcome is Outcome.NO_EVIDENCE
+    assert "no pair has evidence; e.g. GPU 17 -> GPU 3: no evidence for x: no file" in verdict.message
+    assert [record["outcome"] for record in pair_records(verdict) or []] == ["no_evidence"] * 3
 
 
 def test_an_empty_group_fails() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SNAPSHOTS
+from conftest import SNAPSHOTS, as_recorded
 
 from pytest_nvlink.config.required_keys import required_keys
 from pytest_nvlink.config.suites import load_suite
@@ -134,7 +134,7 @@ def test_a_tray_outside_any_multi_node_partition_fails(
 
 def test_an_unread_clique_fails_closed(healthy: Context) -> None:
     healthy.node.gpus[13].fabric = None
-    _fails(rack.rack_clique(healthy, 3), "could not determine the fabric clique of tray 3")
+    _fails(as_recorded(rack.rack_clique(healthy, 3), healthy), "could not determine the fabric clique of tray 3")
 
 
 def test_split_trays_with_no_majority_fail(healthy: Context) -> None:
@@ -144,8 +144,8 @@ def test_split_trays_with_no_majority_fail(healthy: Context) -> None:
 
 def test_gpus_without_host_cannot_prove_tray_membership(healthy: Context) -> None:
     healthy.node.gpus[6].host = None
-    _fails(rack.tray(healthy, 1), "could not determine the host of tray 1", "name no host")
-    _fails(rack.rack_trays(healthy), "name no host")
+    _fails(as_recorded(rack.tray(healthy, 1), healthy), "could not determine the host of tray 1", "name no host")
+    _fails(as_recorded(rack.rack_trays(healthy), healthy), "name no host")
 
 
 def test_a_host_in_two_slots_fails_both_trays(healthy: Context) -> None:
@@ -191,7 +191,10 @@ def test_an_unmeasured_pair_fails_and_a_tray_without_cross_pairs_is_unknown(heal
     pair.value, pair.error = None, "rank 9 timed out after 600 s"
     _fails(rack.rack_sendrecv(healthy, 2), "not measured (rank 9 timed out after 600 s)")
     healthy.node.measurements.p2p = [m for m in healthy.node.measurements.p2p if m.src // 4 == m.dst // 4]
-    _fails(rack.rack_sendrecv(healthy, 0), "could not determine the send/recv bandwidth between tray 0")
+    _fails(
+        as_recorded(rack.rack_sendrecv(healthy, 0), healthy),
+        "could not determine the send/recv bandwidth between tray 0",
+    )
 
 
 def test_cross_tray_pairs_are_not_judged_by_one_host_checks(healthy: Context) -> None:

@@ -52,7 +52,7 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
     if m is None or value is None:
         reason = (m.error if m is not None and m.error else None) or "no measurement recorded"
         what = f"the {kind} P2P {_what(kind)} GPU {src} -> GPU {dst}"
-        return unknown(ctx.node.source, what, reason, _figure_props(ctx, (src, dst), kind, m, threshold))
+        return unknown(what, reason, _figure_props(ctx, (src, dst), kind, m, threshold))
     too_fast = _above_link_capacity(ctx, src, dst, kind, value, threshold=threshold)
     if too_fast is not None:
         message, ceiling = too_fast
@@ -65,8 +65,8 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
         )
     props, shown = _figure_props(ctx, (src, dst), kind, m, threshold), _shown(value, unit)
     word = "below" if comparison == "min" else "above"
-    if ctx.node.source == "evidence" and m.source:
-        shown += f" ({m.source})"  # which file to open; with several files, the worst figure's
+    if m.source and ctx.node.provenance.get("p2p_bandwidth"):
+        shown += f" ({m.source})"  # figures read from files: which file to open; with several, the worst figure's
     return failed(
         f"GPU {src} -> GPU {dst}: {_label(kind)} {shown}, {word} {threshold.value} {unit} "
         f"({threshold.where()}); likely cause: {_bandwidth_cause(ctx, src, dst, kind, value)}",
@@ -267,7 +267,6 @@ def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Ve
     if fraction is None:
         note = (m.counters_note or m.error) if m else None
         return unknown(
-            ctx.node.source,
             f"which path GPU {src} -> GPU {dst} used",
             (note or "no traffic counters recorded")
             + "; to accept bandwidth alone, waive the proof with a reason in a site threshold file: [waive] "

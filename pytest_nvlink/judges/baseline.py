@@ -16,7 +16,7 @@ from pytest_nvlink.judges.collectives import pick_collective
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import CollectiveMeasurement, Gpu, Node, P2PMeasurement
 from pytest_nvlink.model.figures import worst_figure
-from pytest_nvlink.verdict import Outcome, Verdict, failed, not_applicable, passed, waived
+from pytest_nvlink.verdict import Verdict, failed, not_applicable, passed, unknown, waived
 
 P2P_KINDS: tuple[str, ...] = ("unidirectional", "bidirectional", "latency")
 _TOLERANCE_KEY = {
@@ -167,9 +167,9 @@ def _judge_figures(context: Context, baseline: Baseline, figures: list[Figure]) 
     ]
     if problems:
         message = "; ".join(p[1] for p in problems) + f"; {changes_text(context.node, baseline)}"
-        if context.node.source == "evidence" and all(p[0].now is None for p in problems):
-            # Files that do not hold the figure are "no evidence" (a failure unless --nvlink-evidence-missing=skip).
-            return Verdict(Outcome.NO_EVIDENCE, f"no evidence for the comparison: {message}", props)
+        if all(p[0].now is None for p in problems):
+            # This run has none of the figures: unknown, worded as a plain failure where it counts as one.
+            return unknown("the comparison", message, props, failure=message)
         return failed(message, props)
     # An improvement passes, and is carried where the summary and the JUnit report show it.
     props += [("baseline_improved", note) for note in notes]
@@ -251,18 +251,17 @@ def gpu_facts(context: Context, given: Baseline | None, index: int) -> Verdict:
     if differing:
         _, key, then, now = differing[0]
         props = _props(baseline, key, now, then)
-        if context.node.source == "evidence" and all(now is None for *_, now in differing):
-            unknown_now = ", ".join(name for name, *_ in differing)
-            return Verdict(Outcome.NO_EVIDENCE, f"no evidence for GPU {index}'s {unknown_now}", props)
         changed = "; ".join(
             f"{name} {then} in the baseline, {'unknown' if now is None else now} now"
             for name, _, then, now in differing
         )
         changes = changes_text(context.node, baseline)
-        return failed(
-            f"GPU {index}: changed since the baseline ({baseline.label()}): {changed}; {changes}",
-            props,
-        )
+        message = f"GPU {index}: changed since the baseline ({baseline.label()}): {changed}; {changes}"
+        if all(now is None for *_, now in differing):
+            # This run cannot tell any of them: unknown, worded as a plain failure where it counts as one.
+            unknown_now = ", ".join(name for name, *_ in differing)
+            return unknown(f"GPU {index}'s {unknown_now}", None, props, failure=message)
+        return failed(message, props)
     note = f"; not recorded in the baseline, not compared: {', '.join(unrecorded)}" if unrecorded else ""
     props = _props(baseline, "gpus", "same", "same")
     return passed(

@@ -69,7 +69,7 @@ def collective(ctx: Context, op: str, results: list[CollectiveMeasurement]) -> V
             f"no {op} result at {size_mib} MiB, the size the minimum is defined on "
             f"({ctx.thresholds.name}:collectives.{op}.size_mib); sizes recorded: {_sizes_text(op, results)}"
         )
-        return unknown(ctx.node.source, f"{op} bus bandwidth", reason, props)
+        return unknown(f"{op} bus bandwidth", reason, props)
     wrong = _wrong_data(op, covering) or m
     if wrong.correct is False:
         return failed(
@@ -162,7 +162,7 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
         suite=ctx.suite_at("topology.default"),
     )
     if audit is None:
-        return unknown(ctx.node.source, "the transports NCCL used", "no NCCL INFO log captured", props)
+        return unknown("the transports NCCL used", "no NCCL INFO log captured", props)
     props += [("channels", str(len(audit.channels))), ("nvls_available", str(audit.nvls_available))]
     props += [(f"env_{k}", v) for k, v in sorted(audit.env.items())]
     if audit.p2p_disabled_warnings:
@@ -187,7 +187,6 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
         )
     if not audit.channels:
         return unknown(
-            ctx.node.source,
             "the transports NCCL used",
             "the NCCL log has no 'Channel … via …' lines (NCCL_DEBUG=INFO not in effect?)",
             props,

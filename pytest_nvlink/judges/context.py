@@ -29,6 +29,9 @@ class Context:
     thresholds: Thresholds
     # Why --nvlink-suite=auto found no suite for this node; the inventory gate fails with it.
     auto_mismatch: str | None = None
+    # Whether this run measures the node itself (a live run): a figure or increase it lacks was not measured
+    # here, where a replayed or evidence node's figures are all that its files hold.
+    measures_node: bool = False
     # Answers about one GPU or pair that every pair check asks again (a 72-GPU domain has 5,112 ordered
     # pairs and six pair checks). The node's facts are final once its source is read; only measurements,
     # which these answers do not read, are added later.
@@ -145,8 +148,12 @@ class Context:
         return sum(1 for gpu in self.node.gpus if gpu.problem is None)
 
     def no_inventory(self) -> bool:
-        """Evidence files that name no GPUs at all (an NCCL log alone) cannot say a GPU is missing."""
-        return self.node.source == "evidence" and not self.node.gpus and "inventory" not in self.node.provenance
+        """Files that name no GPUs at all (an NCCL log alone) cannot say a GPU is missing.
+
+        Read from files: facts with a provenance (a probe's node has none), none of them an inventory.
+        """
+        provenance = self.node.provenance
+        return bool(provenance) and not self.node.gpus and "inventory" not in provenance
 
     def partial_gpu_list(self) -> str | None:
         """Why the GPU list is only a lower bound, when no source lists every GPU; None when it is complete."""
@@ -161,12 +168,12 @@ class Context:
     def missing_gpu(self, index: int) -> Verdict:
         if self.no_inventory():
             props = measured_properties(None, f"GPU {index} present", "GPUs", suite=self.suite_at("suite.gpu_count"))
-            return unknown("evidence", f"GPU {index}", "the evidence files list no GPUs", props)
+            return unknown(f"GPU {index}", "the evidence files list no GPUs", props)
         found = self.usable_gpus()
         gpu = self.node.gpu(index)
         partial = self.partial_gpu_list()
         if gpu is None and partial:
-            return unknown(self.node.source, f"GPU {index}", partial, [])
+            return unknown(f"GPU {index}", partial, [])
         if gpu is None and self.suite.host_slot(index) in self.empty_trays():
             return failed(
                 f"GPU {index} is expected by suite {self.suite.name} but {self.empty_trays_text()}",

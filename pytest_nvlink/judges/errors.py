@@ -43,7 +43,10 @@ class _Tally:
     waived_keys: list[str]
 
 
-def judge_error_counters(thresholds: Thresholds, node: Node, gpu: Gpu, base: list[tuple[str, str]]) -> Verdict:
+def judge_error_counters(
+    thresholds: Thresholds, node: Node, gpu: Gpu, base: list[tuple[str, str]], *, measured_here: bool = False
+) -> Verdict:
+    """``measured_here``: this run measures the node (``Context.measures_node``), so no increase means no campaign."""
     links = [link for link in gpu.nvlinks or [] if link.active is not False]
     run = node.error_window_s is not None or any(link.errors_run is not None for link in gpu.nvlinks or [])
     tally = _Tally([], [], [], [], [])
@@ -71,22 +74,18 @@ def judge_error_counters(thresholds: Thresholds, node: Node, gpu: Gpu, base: lis
             props + _summary_props(tally, thresholds),
         )
     if tally.unread:
-        return unknown(
-            node.source, what, f"not read: {'; '.join(tally.unread)}", props + _summary_props(tally, thresholds)
-        )
+        return unknown(what, f"not read: {'; '.join(tally.unread)}", props + _summary_props(tally, thresholds))
     if not tally.findings:
         reason = "every limit that applies is waived" + ("" if run else " and no increase during a run was recorded")
-        return unknown(node.source, what, f"nothing was judged: {reason}", props + _summary_props(tally, thresholds))
-    judged = "the increase during this run and the lifetime totals" if run else _totals_only(node)
+        return unknown(what, f"nothing was judged: {reason}", props + _summary_props(tally, thresholds))
+    judged = "the increase during this run and the lifetime totals" if run else _totals_only(measured_here)
     waived = f"; waived: {', '.join(tally.waived_keys)}" if tally.waived_keys else ""
     return passed(f"GPU {gpu.index}: NVLink error counters within limits (judged: {judged}{waived})", props)
 
 
-def _totals_only(node: Node) -> str:
-    return (
-        "lifetime totals only; no increase during a run was recorded "
-        f"({'no measurement campaign ran' if node.source == 'live' else 'the source holds totals only'})"
-    )
+def _totals_only(measured_here: bool) -> str:
+    why = "no measurement campaign ran" if measured_here else "the source holds totals only"
+    return f"lifetime totals only; no increase during a run was recorded ({why})"
 
 
 def _judge(

@@ -6,6 +6,9 @@ judge as a per-pair item, the group passing only when every pair passes. A failu
 failing peer with its own sentence and the worst figure; the group is "does not apply" only when
 every pair is waived or excused for the same explicit reason; any other mixture fails (fail
 closed). The per-pair verdicts travel with the group into the results record.
+
+A pair the judge could not tell about (UNKNOWN) counts as the run's plugin says (``PairSet.unknown_is``:
+a failure, or "no evidence" when judging files) before the group ranks it, as one item per pair would.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_nvlink.model import pair_id
-from pytest_nvlink.verdict import Outcome, Verdict
+from pytest_nvlink.verdict import Outcome, Verdict, resolved
 
 Pair = tuple[int, int]
 FAILURES_NAMED = 8  # failing peers spelled out in the message; the rest are counted (all are in the record)
@@ -33,6 +36,7 @@ class PairSet:
     ordered: bool
     grouped: bool  # True: a per-source item (``gpu17->*``), False: one pair
     suite_file: str = ""  # where [suite] pair_items is set, named when a group fails for mixed outcomes
+    unknown_is: Outcome = Outcome.FAIL  # what a pair's UNKNOWN verdict counts as: FAIL, or NO_EVIDENCE (files)
 
     @property
     def source(self) -> int:
@@ -53,7 +57,7 @@ class PairSet:
         record reads them; any doubt, and every pair is judged one by one.
         """
         if not self.grouped:
-            return judge(*self.pairs[0])
+            return resolved(judge(*self.pairs[0]), self.unknown_is)
         if all_pass is not None:
             figures = all_pass(self.pairs)
             quick = None if figures is None else _passed_together(self, judge, figures)
@@ -105,12 +109,12 @@ def _passed_together(
     if worst.outcome is not Outcome.PASS or _badness(worst) != figures[at]:
         return None
     message = f"{_peers(group)}: all {len(figures)} pairs pass; worst {_named(group, worst_pair, worst.message)}"
-    everyone = functools.partial(_judged_one_by_one, group.pairs, judge)
+    everyone = functools.partial(_judged_one_by_one, group, judge)
     return GroupVerdict(Outcome.PASS, message, _group_properties(worst_pair, worst, []), later=everyone)
 
 
-def _judged_one_by_one(pairs: Sequence[Pair], judge: Callable[[int, int], Verdict]) -> list[tuple[Pair, Verdict]]:
-    return [(pair, judge(*pair)) for pair in pairs]
+def _judged_one_by_one(group: PairSet, judge: Callable[[int, int], Verdict]) -> list[tuple[Pair, Verdict]]:
+    return [(pair, resolved(judge(*pair), group.unknown_is)) for pair in group.pairs]
 
 
 def _arrow(group: PairSet, pair: Pair) -> str:
@@ -128,8 +132,11 @@ def _peers(group: PairSet) -> str:
 
 
 def combine(group: PairSet, verdicts: Sequence[tuple[Pair, Verdict]]) -> GroupVerdict:
-    """Pass when every pair passes; otherwise fail naming each pair that did not, unless all are excused alike."""
-    results = list(verdicts)
+    """Pass when every pair passes; otherwise fail naming each pair that did not, unless all are excused alike.
+
+    Each UNKNOWN pair is first resolved as ``group.unknown_is`` says, so it ranks as its own item would.
+    """
+    results = [(pair, resolved(verdict, group.unknown_is)) for pair, verdict in verdicts]
     if not results:
         return GroupVerdict(Outcome.FAIL, f"{_peers(group)}: no pair was judged", [], results)
     outcomes = {verdict.outcome for _, verdict in results}

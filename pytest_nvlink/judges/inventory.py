@@ -13,7 +13,7 @@ def gpu_count(ctx: Context) -> Verdict:
     if ctx.auto_mismatch is not None:
         return failed(ctx.auto_mismatch, props)
     if ctx.no_inventory():
-        return unknown("evidence", "the GPU inventory", "the evidence files list no GPUs", props)
+        return unknown("the GPU inventory", "the evidence files list no GPUs", props)
     if ctx.node.probe_errors and found == 0:
         reason = "; ".join(ctx.node.probe_errors)
         return failed(f"expected {expected} GPUs, found 0: {reason}", props)
@@ -30,7 +30,6 @@ def gpu_count(ctx: Context) -> Verdict:
         listed = ctx.node.gpu_list
         source = listed.source if listed else "unknown"
         return unknown(
-            ctx.node.source,
             "the GPU count",
             partial,
             [*props, ("gpu_list", "lower bound"), ("gpu_list_source", source)],
@@ -65,7 +64,6 @@ def gpu_model(ctx: Context, gpu: Gpu) -> Verdict:
     props += gpu_properties(gpu)
     if gpu.name is None:
         return unknown(
-            ctx.node.source,
             f"the model of GPU {index}",
             ctx.node.unknown_reason(f"gpu{index}.name", "the source does not name it"),
             props,
@@ -86,7 +84,6 @@ def driver(ctx: Context) -> Verdict:
     )
     if ctx.node.driver_version is None:
         return unknown(
-            ctx.node.source,
             "the NVIDIA driver version",
             ctx.node.unknown_reason("driver_version", "the source does not report it"),
             props,

@@ -24,7 +24,6 @@ def nvlink_active_links(ctx: Context, gpu: Gpu) -> Verdict:
     props = measured_properties(active, str(expected), "links", threshold) + gpu_properties(gpu)
     if active is None:
         return unknown(
-            ctx.node.source,
             f"the NVLink state of GPU {index}",
             ctx.node.unknown_reason(f"gpu{index}.nvlink", "NVLink state not reported"),
             props,
@@ -78,7 +77,6 @@ def nvlink_version(ctx: Context, gpu: Gpu) -> Verdict:
     ) + gpu_properties(gpu)
     if not active or len(versions) == 0 or any(link.version is None for link in active):
         return unknown(
-            ctx.node.source,
             f"the NVLink version of GPU {index}",
             ctx.node.unknown_reason(f"gpu{index}.nvlink", "no active link reports a version"),
             props,
@@ -142,7 +140,6 @@ def nvlink_speed(ctx: Context, gpu: Gpu) -> Verdict:
     props = measured_properties(slowest, f">= {threshold.value}", "GB/s", threshold) + gpu_properties(gpu)
     if not active or len(known) != len(speeds):
         return unknown(
-            ctx.node.source,
             f"the NVLink speed of GPU {index}",
             ctx.node.unknown_reason(f"gpu{index}.nvlink", "no per-link speed reported"),
             props,
@@ -181,4 +178,4 @@ def nvlink_errors(ctx: Context, gpu: Gpu) -> Verdict:
     dead = _no_active_links(ctx, gpu, "NVLink error counters")
     if dead:
         return dead
-    return judge_error_counters(ctx.thresholds, ctx.node, gpu, gpu_properties(gpu))
+    return judge_error_counters(ctx.thresholds, ctx.node, gpu, gpu_properties(gpu), measured_here=ctx.measures_node)

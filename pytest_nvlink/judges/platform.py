@@ -24,7 +24,6 @@ def fabric(ctx: Context, gpu: Gpu) -> Verdict:
     ) + gpu_properties(gpu)
     if info is None:
         return unknown(
-            ctx.node.source,
             f"the NVSwitch fabric state of GPU {index}",
             ctx.node.unknown_reason(f"gpu{index}.fabric", "fabric state not reported"),
             props,
@@ -43,7 +42,6 @@ def fabric(ctx: Context, gpu: Gpu) -> Verdict:
         props.append(("fabric_degraded_bandwidth", "unknown"))
         reason = ctx.node.unknown_reason(f"gpu{index}.fabric.degraded_bandwidth", "the source does not report it")
         return unknown(
-            ctx.node.source,
             f"the NVSwitch fabric health of GPU {index} (registration completed)",
             f"healthMask DEGRADED_BW unknown: {reason}; an NVSwitch system needs the answer ({threshold.where()}); "
             "likely cause: a driver before R550 (no nvmlDeviceGetGpuFabricInfoV) — upgrade it or check the Fabric "
@@ -99,14 +97,13 @@ def pcie_link(ctx: Context, gpu: Gpu) -> Verdict:
         )
     if width_t is not None and width is None:
         reason = ctx.node.unknown_reason(f"gpu{index}.pcie_width_current", "PCIe width not reported")
-        return unknown(ctx.node.source, f"the PCIe link width of GPU {index}", reason, props)
+        return unknown(f"the PCIe link width of GPU {index}", reason, props)
     if gen_t is not None and gen is None:
         reason = ctx.node.unknown_reason(
             f"gpu{index}.pcie_gen_loaded",
             "no measurement campaign ran in this session (topology-only run or a snapshot without measurements)",
         )
         return unknown(
-            ctx.node.source,
             f"the PCIe generation of GPU {index} under load (width x{width} ok)",
             f"not measured under load: {reason}; the current generation drops at idle, so it is sampled while the "
             "bandwidth/collective checks run — include them in the session",

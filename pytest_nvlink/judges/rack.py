@@ -85,7 +85,7 @@ def rack_trays(ctx: Context) -> Verdict:
         )
     unnamed = [gpu.index for gpu in ctx.node.gpus if not gpu.host]
     if unnamed:
-        return unknown(ctx.node.source, "which tray each GPU sits in", _no_host(unnamed), props)
+        return unknown("which tray each GPU sits in", _no_host(unnamed), props)
     if len(hosts) != expected:
         return failed(
             f"the rack's GPUs name {len(hosts)} hosts, expected {expected} ({_layout(ctx)}); see test_rack_tray for "
@@ -111,7 +111,7 @@ def tray(ctx: Context, tray: int) -> Verdict:
     if len(hosts) != 1 or any(not gpu.host for gpu in gpus):
         unnamed = [gpu.index for gpu in gpus if not gpu.host]
         if unnamed:
-            return unknown(ctx.node.source, f"the host of tray {tray}", _no_host(unnamed), props)
+            return unknown(f"the host of tray {tray}", _no_host(unnamed), props)
         by_host = "; ".join(f"{h}: {', '.join(str(g.index) for g in gpus if g.host == h)}" for h in hosts)
         return failed(
             f"tray {tray} ({_span(ctx, tray)}) mixes hosts ({by_host}); expected one host per tray ({_layout(ctx)}); "
@@ -196,7 +196,7 @@ def _clique_of_gpus(
     unread = [gpu.index for gpu in gpus if _membership(gpu) is None]
     if unread:
         reason = ctx.node.unknown_reason(f"gpu{unread[0]}.fabric", "the source reports no clique id / cluster UUID")
-        return unknown(ctx.node.source, f"the fabric clique of tray {tray} (host {host})", reason, props)
+        return unknown(f"the fabric clique of tray {tray} (host {host})", reason, props)
     split = sorted({m for m in map(_membership, gpus) if m is not None})
     if len(split) > 1:
         return failed(
@@ -293,7 +293,6 @@ def rack_sendrecv(ctx: Context, tray: int) -> Verdict:
     props += [("tray", str(tray)), ("pairs", str(len(pairs))), ("pairs_across_trays", str(len(cross)))]
     if not cross:
         return unknown(
-            ctx.node.source,
             f"the send/recv bandwidth between tray {tray} and the other trays",
             "no send/recv pair of its GPUs with another tray was measured (python -m pytest_nvlink.launch rack)",
             props,

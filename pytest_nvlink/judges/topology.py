@@ -33,7 +33,6 @@ def pair_path(ctx: Context, a: int, b: int) -> Verdict:
     actual = ctx.node.path(a, b)
     if actual is None:
         return unknown(
-            ctx.node.source,
             f"the path between GPU {a} and GPU {b}",
             ctx.node.unknown_reason(f"pair{a}-{b}.path", ctx.node.unknown_reason("paths", "topology not reported")),
             _path_props(ctx, (a, b), actual, expected),
@@ -140,7 +139,6 @@ def p2p_status(ctx: Context, src: int, dst: int) -> Verdict:
     bad = {cap: str(value) for cap, value in shown.items() if value not in (None, "ok")}
     if not bad and any(v is None for v in shown.values()):
         return unknown(
-            ctx.node.source,
             f"the P2P status GPU {src} -> GPU {dst}",
             ctx.node.unknown_reason(f"p2p{src}-{dst}", ctx.node.unknown_reason("p2p", "P2P status not reported")),
             props,

@@ -21,6 +21,7 @@ from pytest_nvlink.plugin.kit import (
     current_session,
     not_parametrized,
     run_of,
+    unknown_is,
 )
 
 if TYPE_CHECKING:
@@ -402,18 +403,20 @@ def _session_judge() -> Callable[[Verdict], None]:
 
 def _new_judge() -> Callable[[Verdict], None]:
     from pytest_nvlink.plugin.outputs import OUTPUTS_KEY
-    from pytest_nvlink.verdict import missing_report_properties
+    from pytest_nvlink.verdict import missing_report_properties, resolved
 
     nvlink_run, stash = _session_run(), current_session().config.stash
     # Per-pair records feed only the JSON and HTML files; a run that writes neither skips ~30,000 at 72 GPUs.
     keep_pairs = bool(stash.get(OUTPUTS_KEY, []))
     hook = current_session().config.hook.pytest_nvlink_verdict
+    unknowns = unknown_is(nvlink_run.node.source)
 
-    def judge(verdict: Verdict) -> None:
+    def judge(given: Verdict) -> None:
         # The item under test, from the run's own setup hook: one judge serves every item, where one per item
         # (with ``request``) cost each a fixture set-up, two request definitions and a teardown.
         item = stash[CURRENT_ITEM_KEY]
         item.stash[JUDGED_KEY] = True
+        verdict = resolved(given, unknowns)  # an UNKNOWN is recorded and reported as what it counts as here
         _record(item, nvlink_run, verdict, keep_pairs)
         hook(item=item, verdict=verdict)  # a site's own check may fail the item here (plugin.hookspecs)
         # The enum is taken from the verdict itself: pytester's in-process runs re-import our modules.

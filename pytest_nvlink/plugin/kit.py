@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from pytest_nvlink.judges.context import Context
     from pytest_nvlink.model.figures import MeasurementProvider
     from pytest_nvlink.record.run import Run
-    from pytest_nvlink.verdict import Verdict
+    from pytest_nvlink.verdict import Outcome, Verdict
 
 CHECKS_DIR = Path(__file__).resolve().parents[1] / "checks"
 RUN_KEY = pytest.StashKey["Run"]()
@@ -25,6 +25,15 @@ RUN_KEY = pytest.StashKey["Run"]()
 def run_of(config: pytest.Config) -> Run | None:
     """The run of this pytest session; None without --nvlink-suite, before it is built, or once let go."""
     return config.stash.get(RUN_KEY, None)
+
+
+def unknown_is(source: str) -> Outcome:
+    """What a judge's UNKNOWN verdict counts as in a run of ``source`` (``Node.source``), decided here only:
+    "no evidence" when the run judges evidence files (a failure unless --nvlink-evidence-missing=skip), else
+    a failure. The judges never read the source; the plugin resolves their verdicts with this."""
+    from pytest_nvlink.verdict import Outcome
+
+    return Outcome.NO_EVIDENCE if source == "evidence" else Outcome.FAIL
 
 
 # The sessions running in this process, innermost last (pytester runs one inside another). The session

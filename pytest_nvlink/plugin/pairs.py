@@ -16,6 +16,7 @@ import pytest
 from pytest_nvlink.judges.groups import Pair, PairSet
 from pytest_nvlink.model import pair_id
 from pytest_nvlink.plugin.kit import not_parametrized
+from pytest_nvlink.verdict import Outcome
 
 if TYPE_CHECKING:
     from pytest_nvlink.config.suites import Suite
@@ -32,12 +33,15 @@ def grouped_by_source(suite: Suite) -> bool:
     return suite.pair_items == "source"
 
 
-def pair_sets(suite: Suite, *, ordered: bool) -> list[PairSet]:
-    """The items of one pair check, by the suite's expectation (a missing GPU must fail, not vanish)."""
+def pair_sets(suite: Suite, *, ordered: bool, unknown_is: Outcome = Outcome.FAIL) -> list[PairSet]:
+    """The items of one pair check, by the suite's expectation (a missing GPU must fail, not vanish).
+
+    ``unknown_is``: what a pair's UNKNOWN verdict counts as in this run (``plugin.kit.unknown_is``).
+    """
     count = suite.gpu_count
     every: list[Pair] = list(permutations(range(count), 2) if ordered else combinations(range(count), 2))
     if not grouped_by_source(suite):
-        return [PairSet((pair,), ordered, grouped=False) for pair in every]
+        return [PairSet((pair,), ordered, grouped=False, unknown_is=unknown_is) for pair in every]
     by_source: dict[int, list[Pair]] = {}
     spans_hosts = suite.gpus_per_host is not None  # one host: no pair crosses (7,668 questions fewer at 72 GPUs)
     for pair in every:
@@ -45,28 +49,30 @@ def pair_sets(suite: Suite, *, ordered: bool) -> list[PairSet]:
         # per-pair items they read "does not apply"; inside a source item they would read as a mixture.
         if not (spans_hosts and suite.crosses_hosts(*pair)):
             by_source.setdefault(pair[0], []).append(pair)
-    return [PairSet(tuple(pairs), ordered, grouped=True, suite_file=str(suite.file)) for pairs in by_source.values()]
+    file = str(suite.file)
+    return [PairSet(tuple(pairs), ordered, True, file, unknown_is) for pairs in by_source.values()]
 
 
 PAIR_FIXTURES: tuple[str, ...] = ("nvlink_pair", "nvlink_ordered_pair", "nvlink_pairs", "nvlink_ordered_pairs")
 
 
-def pair_params(suite: Suite, name: str) -> tuple[list[Any], list[str]]:
-    """Values and ids of pair fixture ``name``; worked out once per suite and fixture, and only when asked for."""
-    key = (id(suite), name)
+def pair_params(suite: Suite, name: str, unknown_is: Outcome = Outcome.FAIL) -> tuple[list[Any], list[str]]:
+    """Values and ids of pair fixture ``name``; worked out once per suite, fixture and unknowns' policy, and
+    only when asked for."""
+    key = (id(suite), name, unknown_is.value)
     cached = _PARAMS.get(key)
     if cached is None or cached[0] is not suite:
-        cached = _PARAMS[key] = (suite, _pair_params(suite, name))
+        cached = _PARAMS[key] = (suite, _pair_params(suite, name, unknown_is))
     return cached[1]
 
 
-_PARAMS: dict[tuple[int, str], tuple[Suite, tuple[list[Any], list[str]]]] = {}
+_PARAMS: dict[tuple[int, str, str], tuple[Suite, tuple[list[Any], list[str]]]] = {}
 
 
-def _pair_params(suite: Suite, name: str) -> tuple[list[Any], list[str]]:
+def _pair_params(suite: Suite, name: str, unknown_is: Outcome) -> tuple[list[Any], list[str]]:
     count = suite.gpu_count
     if name in ("nvlink_pairs", "nvlink_ordered_pairs"):
-        sets = pair_sets(suite, ordered=name == "nvlink_ordered_pairs")
+        sets = pair_sets(suite, ordered=name == "nvlink_ordered_pairs", unknown_is=unknown_is)
         return list(sets), [s.label for s in sets]
     pairs = list(combinations(range(count), 2) if name == "nvlink_pair" else permutations(range(count), 2))
     return list(pairs), [pair_id(a, b) for a, b in pairs]

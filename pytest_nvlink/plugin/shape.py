@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_nvlink.plugin.kit import CHECKS_DIR, run_of
+from pytest_nvlink.plugin.kit import CHECKS_DIR, run_of, unknown_is
 from pytest_nvlink.record.run import Run, baseline_not_collected, not_collected
 
 # Shipped check modules whose checks all carry one area (their pytestmark): absent, the module is not collected.
@@ -99,7 +99,7 @@ def _param_values(run: Run, name: str) -> tuple[list[Any], list[str]]:
     if name == "nvlink_gpu_index":
         return list(range(count)), [gpu_id(i) for i in range(count)]
     if name in PAIR_FIXTURES:
-        return pair_params(run.suite, name)
+        return pair_params(run.suite, name, unknown_is(run.node.source))
     if name == "nvlink_collective":
         return list(run.suite.measure.collectives), list(run.suite.measure.collectives)
     if name != "nvlink_tray":

@@ -74,7 +74,8 @@ class Run:
     @functools.cached_property
     def context(self) -> Context:
         """The judges' one context for this run: its answers about GPUs and pairs are worked out once."""
-        return Context(self.node, self.suite, self.thresholds, self.auto_mismatch)
+        measures_node = self.node.source == "live"
+        return Context(self.node, self.suite, self.thresholds, self.auto_mismatch, measures_node=measures_node)
 
     def probe_failed(self) -> bool:
         """True when the source gave no GPUs at all: only the inventory verdict is meaningful."""
