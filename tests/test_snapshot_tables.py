@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DATA
+from conftest import DATA, examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -281,7 +281,7 @@ def _set(table: dict[str, Any], at: int, field: str, value: object) -> bool:
     return not isinstance(value, dict)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     changes=st.lists(
         st.tuples(st.sampled_from(sorted(FIELDS)), st.integers(0, 200), st.integers(0, 13), VALUES),
@@ -392,7 +392,7 @@ TABLE_VALUES: st.SearchStrategy[object] = (
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     changes=st.lists(
         st.tuples(st.sampled_from(DISTINCT_PLACES) | st.sampled_from(TABLE_PLACES), TABLE_VALUES),
