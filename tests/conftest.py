@@ -1,18 +1,39 @@
-"""Shared helpers: paths to the shipped data and a fake ``pynvml`` installed at the import seam."""
+"""Shared helpers: paths to the shipped data, a fake ``pynvml`` installed at the import seam, and the
+Hypothesis profiles."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parents[1]
 SNAPSHOTS = REPO / "snapshots"
 DATA = Path(__file__).resolve().parent / "data"
 EVIDENCE = DATA / "evidence"
+
+# Hypothesis profiles, chosen before any test module builds its settings. "ci" (with CI set) draws the
+# same examples on every run, so a failure seen once is seen again on the rerun, and prints the blob
+# that replays it with @reproduce_failure; it keeps no database. "dev" (otherwise) draws new examples
+# each run, twice as many, and replays its failures from the default database, .hypothesis/
+# (ignored by git). HYPOTHESIS_PROFILE names either (or "default") to override.
+settings.register_profile(
+    "ci", derandomize=True, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("dev", max_examples=200, deadline=None)
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def examples(count: int) -> int:
+    """A test's example count under the loaded profile: ``count`` as the profile's share of 100, Hypothesis's
+    default (``count`` under "ci" and "default", twice it under "dev")."""
+    return max(1, count * settings().max_examples // 100)
 
 
 def as_recorded(verdict: Any, ctx: Any) -> Any:

@@ -3,16 +3,24 @@
 The snapshot -> fake -> probe round trip cannot catch a wrong unit: the fake encodes with the exact
 inverse of the probe's decoding. These tests compare with the real nvidia-ml-py module instead, and
 with an nvidia-smi capture and NVIDIA's published per-link rate kept in the repository.
+
+The fake cannot drift either: the P2P capability indices it answers, every field id the probe reads,
+the struct fields the code reads and the NVMLError subclasses by code are compared by name and value
+with the real module, as the fake uses them and not only as it lists them.
 """
 
 from __future__ import annotations
 
+import ctypes
 import inspect
+import re
 import types
 from pathlib import Path
 
+import fake_nvml_state
 import pytest
-from conftest import sample
+from conftest import REPO, sample
+from fake_nvml_api import CONSTANTS, ERROR_CLASSES
 from fake_pynvml import make_fake_pynvml
 
 from pytest_nvlink.sources.evidence.parsers import nvlink as nvlink_parser
@@ -124,3 +132,136 @@ def test_link_speed_in_mbps_reads_as_nvidia_smi_prints_it(tmp_path: Path) -> Non
     # line rate per link per direction (26.562) is a little above the 25 GB/s data rate.
     per_direction = sum(link.speed_gbps or 0.0 for link in links)
     assert 450 <= per_direction <= 450 * 1.07
+
+
+# --- the fake cannot drift from the real module ---------------------------------------------------
+
+LIVE_SOURCES = sorted((REPO / "pytest_nvlink" / "sources" / "live").glob("*.py")) + sorted(
+    (REPO / "pytest_nvlink" / "measure").glob("*.py")
+)
+# The struct fields the code reads (probe.py: fabric info; fields.py: field values, PCI bus ids).
+FIELDS_READ = {
+    "c_nvmlFieldValue_t": ("fieldId", "scopeId", "valueType", "nvmlReturn", "value"),
+    "c_nvmlValue_t": ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal"),
+    "c_nvmlGpuFabricInfo_t": ("clusterUuid", "status", "cliqueId", "state"),
+    "c_nvmlGpuFabricInfo_v2_t": ("version", "clusterUuid", "status", "cliqueId", "state", "healthMask"),
+    "c_nvmlGpuFabricInfoV_t": ("version", "clusterUuid", "status", "cliqueId", "state", "healthMask"),
+    "nvmlPciInfo_t": ("busId", "busIdLegacy"),
+}
+
+
+def _real_p2p_indices(real: types.ModuleType) -> dict[str, int]:
+    return {
+        "read": real.NVML_P2P_CAPS_INDEX_READ[0],  # the tuple (0,) in the real module
+        "write": real.NVML_P2P_CAPS_INDEX_WRITE,
+        "nvlink": real.NVML_P2P_CAPS_INDEX_NVLINK,
+        "atomics": real.NVML_P2P_CAPS_INDEX_ATOMICS,
+    }
+
+
+def test_the_fake_answers_each_p2p_capability_at_the_real_index(real: types.ModuleType) -> None:
+    by_index = fake_nvml_state._P2P_CAPABILITY_BY_INDEX
+    indices = _real_p2p_indices(real)
+    assert indices == nvml_fields.P2P_INDEX  # what the probe asks for
+    assert {name: by_index.index(name) for name in indices} == indices  # what the fake answers there
+    fake = make_fake_pynvml(None)
+    for name in ("READ", "WRITE", "NVLINK", "ATOMICS", "PROP", "PCI", "UNKNOWN"):  # what the fake lists
+        assert getattr(fake, f"NVML_P2P_CAPS_INDEX_{name}") == getattr(real, f"NVML_P2P_CAPS_INDEX_{name}"), name
+    assert len(by_index) == real.NVML_P2P_CAPS_INDEX_UNKNOWN  # PROP/PCI (4) answered, UNKNOWN (5) refused
+    assert real.NVML_P2P_CAPS_INDEX_PROP == real.NVML_P2P_CAPS_INDEX_PCI == len(by_index) - 1
+    for name, code in fake_nvml_state._P2P_CODES.items():
+        assert getattr(real, f"NVML_P2P_STATUS_{name.upper()}") == code, name
+
+
+def test_the_fake_tells_p2p_capabilities_apart_by_the_real_indices(real: types.ModuleType) -> None:
+    """Every capability of one pair given another status: a swap of two indices reads a wrong one."""
+    node = load_snapshot(SNAPSHOTS / "h100-8gpu-healthy.json")
+    statuses = {"read": "ok", "write": "gpu_not_supported", "nvlink": "disabled_by_regkey", "atomics": "not_supported"}
+    pair = next(s for s in node.p2p or [] if (s.src, s.dst) == (0, 1))
+    for name, status in statuses.items():
+        setattr(pair, name, status)
+    fake = make_fake_pynvml(node)
+    fake.nvmlInit()
+    first, second = fake.nvmlDeviceGetHandleByIndex(0), fake.nvmlDeviceGetHandleByIndex(1)
+    for name, index in _real_p2p_indices(real).items():
+        assert fake.nvmlDeviceGetP2PStatus(first, second, index) == getattr(
+            real, f"NVML_P2P_STATUS_{statuses[name].upper()}"
+        ), name
+
+
+def _fields_read(real: types.ModuleType) -> dict[str, int]:
+    """The real name and the probe's value of every field-id constant named in the live sources and the
+    measuring code (FI_NVLINK_SPEED_MBPS_PER_LINK: one field per link, L0 on)."""
+    names: set[str] = set()
+    for path in LIVE_SOURCES:
+        names |= set(re.findall(r"\b(FI_[A-Z0-9_]+)\b", path.read_text(encoding="utf-8")))
+    assert {"FI_NVLINK_GET_SPEED", "FI_NVLINK_THROUGHPUT_DATA_TX", "FI_PCIE_COUNT_RX_BYTES"} <= names
+    read: dict[str, int] = {}
+    for name in names:
+        value = getattr(nvml_fields, name)
+        if isinstance(value, tuple):
+            read.update({f"NVML_FI_DEV_{name[3:-9]}_L{link}": v for link, v in enumerate(value)})
+        else:
+            read[f"NVML_FI_DEV_{name[3:]}"] = value
+    assert all(hasattr(real, theirs) for theirs in read), sorted(set(read) - set(dir(real)))
+    return read
+
+
+def test_every_field_id_the_probe_reads_has_the_real_value_in_the_probe_and_the_fake(real: types.ModuleType) -> None:
+    read = _fields_read(real)
+    assert len(read) >= 19
+    for theirs, ours in read.items():
+        assert getattr(real, theirs) == ours == CONSTANTS[theirs], theirs
+    assert fake_nvml_state._SPEED_FIELDS == nvml_fields.FI_NVLINK_SPEED_MBPS_PER_LINK
+
+
+def test_the_fake_answers_every_field_id_the_probe_reads(real: types.ModuleType) -> None:
+    """Asked by the real ids (scope: link 0), the fake answers each: one keyed on a drifted id would not."""
+    node = load_snapshot(SNAPSHOTS / "h100-8gpu-healthy.json")
+    fake = make_fake_pynvml(node)
+    fake.nvmlInit()
+    ids = sorted(getattr(real, name) for name in _fields_read(real))
+    answers = fake.nvmlDeviceGetFieldValues(fake.nvmlDeviceGetHandleByIndex(0), [(i, 0) for i in ids])
+    assert [(int(a.fieldId), int(a.nvmlReturn)) for a in answers] == [(i, real.NVML_SUCCESS) for i in ids]
+    count = next(a for a in answers if a.fieldId == real.NVML_FI_DEV_NVLINK_LINK_COUNT)
+    assert count.value.uiVal == len(node.gpus[0].nvlinks or [])
+
+
+def _layout(struct: type[ctypes.Structure | ctypes.Union]) -> list[tuple[str, int, int]]:
+    return [(name, getattr(struct, name).offset, getattr(struct, name).size) for name, *_ in struct._fields_]
+
+
+@pytest.mark.parametrize("struct", sorted(FIELDS_READ))
+def test_struct_fields_the_code_reads_match_the_real_module(real: types.ModuleType, struct: str) -> None:
+    theirs, ours = getattr(real, struct), getattr(make_fake_pynvml(None), struct)
+    assert _layout(ours) == _layout(theirs)  # names, offsets and sizes, in order
+    assert ctypes.sizeof(ours) == ctypes.sizeof(theirs)
+    names = [name for name, *_ in theirs._fields_]
+    assert set(FIELDS_READ[struct]) <= set(names)
+    assert [name for name, *_ in ours._fields_] == names
+
+
+def test_error_classes_have_the_real_names_and_codes(real: types.ModuleType) -> None:
+    real_classes = {cls.__name__: code for code, cls in real.NVMLError._valClassMapping.items()}
+    fake = make_fake_pynvml(None)
+    ours = {name: cls(0).value for name, cls in ERROR_CLASSES.items()}
+    assert {name: real_classes.get(name) for name in ours} == ours  # each the real class of its code
+    for name, code in ours.items():
+        assert real.nvmlExceptionClass(code).__name__ == fake.nvmlExceptionClass(code).__name__ == name
+        assert type(fake.NVMLError(code)).__name__ == type(real.NVMLError(code)).__name__ == name
+        assert (
+            getattr(real, f"NVML_ERROR_{_constant_suffix(name)}")
+            == code
+            == CONSTANTS[f"NVML_ERROR_{_constant_suffix(name)}"]
+        )
+    caught = set()
+    for path in [*LIVE_SOURCES, *(REPO / "pytest_nvlink").rglob("*.py")]:
+        caught |= set(re.findall(r"\b(NVMLError_[A-Za-z]+)\b", path.read_text(encoding="utf-8")))
+    assert {"NVMLError_GpuIsLost", "NVMLError_NotSupported"} <= caught
+    assert caught <= set(ours) and caught <= set(real_classes)
+
+
+def _constant_suffix(class_name: str) -> str:
+    """``NVMLError_GpuIsLost`` -> ``GPU_IS_LOST``, the part after ``NVML_ERROR_``."""
+    words = re.findall(r"[A-Z][a-z]*", class_name.removeprefix("NVMLError_"))
+    return "_".join(words).upper()

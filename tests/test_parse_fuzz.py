@@ -1,7 +1,8 @@
 """Property tests: damaged or random input gives a result or ParseError, never another exception,
 and damage never turns a failing verdict into a passing one.
 
-CI runs few examples; set NVLINK_FUZZ_EXAMPLES=500 for a longer hunt of the verdict property.
+Example counts are CI's (the "ci" Hypothesis profile, tests/conftest.py), twice as many under "dev";
+set NVLINK_FUZZ_EXAMPLES=500 for a longer hunt of the verdict property.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from all_verdicts import all_verdicts
-from conftest import EVIDENCE, sample
+from conftest import EVIDENCE, examples, sample
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -50,7 +51,7 @@ PARSERS: dict[str, Callable[[str], object]] = {
 NOISE = st.sampled_from(
     ["\t", " ", "\n", "\r", "X", "NV", "12", "0", "-", ".", ":", "/", "N/A", "#", "GPU", "Link", "[", "]", "é", "\x00"]
 )
-FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def survives(parse: Callable[[str], object], text: str) -> None:
@@ -101,7 +102,7 @@ def test_random_text(name: str, text: str) -> None:
     survives(PARSERS[name], text)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(text=mangled())
 def test_evidence_loader_only_raises_evidence_errors(text: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
@@ -135,7 +136,7 @@ FAILING_SCENARIOS: list[tuple[str, str, tuple[str, str, int] | None]] = [
 JUNK_LINES = st.sampled_from(
     ["", "   ", "\x1b[0m", "WARNING: infoROM is corrupted at gpu 0000:3A:00.0", "^C", "$ ", "#", "-" * 40]
 )
-PROPERTY_EXAMPLES = int(os.environ.get("NVLINK_FUZZ_EXAMPLES", "12"))  # e.g. 500 locally, for a long hunt
+PROPERTY_EXAMPLES = int(os.environ.get("NVLINK_FUZZ_EXAMPLES") or examples(50))  # e.g. 500 locally, for a long hunt
 
 
 def _faulty_text(sample_name: str, edit: tuple[str, str, int] | None) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DATA
+from conftest import DATA, examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -174,11 +174,24 @@ def _break(document: dict[str, Any], how: str) -> None:
         columns["conditions"]["at"][5] = True
     elif how == "at float":
         columns["conditions"]["at"][5] = 0.0
+    elif how == "null in distinct":  # found by hypothesis: it was a TypeError, and a replay an INTERNALERROR
+        columns["conditions"]["distinct"].append(None)
+        columns["conditions"]["at"][5] = len(columns["conditions"]["distinct"]) - 1
+    elif how == "null in distinct, unused":
+        columns["conditions"]["distinct"].append(None)
+    elif how == "number in distinct":
+        columns["conditions"]["distinct"][0] = 5
+    elif how == "list in distinct":
+        columns["conditions"]["distinct"].insert(0, [])
+    elif how == "null in distinct, null in at":
+        columns["conditions"]["distinct"] = [None]
+        columns["conditions"]["at"] = [None] * len(columns["conditions"]["at"])
     elif how == "a list of GPUs as a table":
         document["node"]["gpus"] = table_of(P2PMeasurement, [])
 
 
 _AT5 = "node.measurements.p2p.columns.conditions.at[5]"
+_DISTINCT = "node.measurements.p2p.columns.conditions.distinct"
 BROKEN = {
     "unknown column": "node.measurements.p2p.columns.colour: unknown field",
     "missing column": "node.measurements.p2p.columns.unit: column missing (a table lists every field)",
@@ -200,6 +213,13 @@ BROKEN = {
     "at true": f"{_AT5}: True is not an index into distinct (0..1) or null",
     "at float": f"{_AT5}: 0.0 is not an index into distinct (0..1) or null",
     "a list of GPUs as a table": "node.gpus: expected a list",
+    "null in distinct": f"{_DISTINCT}[2]: expected an object, got null (a record without one has null in at)",
+    "null in distinct, unused": f"{_DISTINCT}[2]: expected an object, got null (a record without one has null in at)",
+    "number in distinct": f"{_DISTINCT}[0]: expected an object, got int",
+    "list in distinct": f"{_DISTINCT}[0]: expected an object, got list",
+    "null in distinct, null in at": (
+        f"{_DISTINCT}[0]: expected an object, got null (a record without one has null in at)"
+    ),
 }
 
 
@@ -247,16 +267,21 @@ FIELDS = {
 }
 
 
-def _set(table: dict[str, Any], at: int, field: str, value: object) -> None:
+def _set(table: dict[str, Any], at: int, field: str, value: object) -> bool:
+    """Change one record's value in a table; True when a table could not have held it (a distinct non-object)."""
     column = table["columns"][field]
-    if isinstance(column, dict):  # a dict field: the value becomes a distinct entry of its own
-        column["distinct"].append(copy.deepcopy(value))
-        column["at"][at] = len(column["distinct"]) - 1
-    else:
+    if not isinstance(column, dict):
         column[at] = copy.deepcopy(value)
+        return False
+    if value is None:  # a dict field: a record without one has null in at
+        column["at"][at] = None
+        return False
+    column["distinct"].append(copy.deepcopy(value))  # any other value becomes a distinct entry of its own
+    column["at"][at] = len(column["distinct"]) - 1
+    return not isinstance(value, dict)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     changes=st.lists(
         st.tuples(st.sampled_from(sorted(FIELDS)), st.integers(0, 200), st.integers(0, 13), VALUES),
@@ -267,16 +292,25 @@ def _set(table: dict[str, Any], at: int, field: str, value: object) -> None:
 def test_any_value_change_reads_in_a_table_as_in_a_list(
     changes: list[tuple[tuple[str, ...], int, int, object]],
 ) -> None:
-    """The same records, changed the same way, give the same node or the same message in both forms."""
+    """The same records, changed the same way, give the same node or the same message in both forms.
+
+    A dict field's value that is neither an object nor null cannot be a distinct entry: both forms
+    refuse it, the table naming the entry and the list the record.
+    """
     node = _node("h100-8gpu-degraded.json")
     tables, lists = _tables(node), _lists(node)
+    unwritable = False
     for where, index, field_at, value in changes:
         records = _at(lists, where)
         fields = FIELDS[where]
         field, at = fields[field_at % len(fields)], index % len(records)
         records[at][field] = copy.deepcopy(value)
-        _set(_at(tables, where), at, field, value)
-    assert _read(tables) == _read(lists)
+        unwritable |= _set(_at(tables, where), at, field, value)
+    if unwritable:  # both an error; another change may be met first
+        assert isinstance(_read(lists), str)
+        assert ": expected an object, got " in _error(tables) or len(changes) > 1
+    else:
+        assert _read(tables) == _read(lists)
 
 
 def test_the_frozen_schema_2_file_is_never_regenerated() -> None:
@@ -313,3 +347,79 @@ def test_schema_2_and_schema_3_of_one_node_give_the_same_verdicts(pytester: pyte
     assert len(before) == 372
     assert sum(outcome == "failed" for outcome, _ in before.values()) > 20
     assert before == after
+
+
+def test_replaying_a_table_with_null_in_distinct_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    """Hypothesis found it: a null among the distinct conditions was a TypeError, and the run an INTERNALERROR."""
+    document = _tables(_node("h100-8gpu-healthy.json"))
+    conditions = _p2p(document)["conditions"]
+    conditions["distinct"].append(None)
+    conditions["at"][5] = len(conditions["distinct"]) - 1
+    path = pytester.path / "null-in-distinct.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    result = pytester.runpytest("--nvlink-suite=h100-8gpu", f"--nvlink-replay={path}", "-p", "no:cacheprovider")
+    assert int(result.ret) == 4, result.stdout.str()  # pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"ERROR: --nvlink-replay: {path}:{_DISTINCT}[[]2]: expected an object, got null (a record without one*"]
+    )
+    assert "INTERNALERROR" not in result.stderr.str() + result.stdout.str()
+
+
+def _places(value: Any, where: tuple[str | int, ...]) -> list[tuple[str | int, ...]]:
+    """``where`` and every place inside it (of a long list: its first two entries and its last)."""
+    places = [where]
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            places += _places(inner, (*where, key))
+    elif isinstance(value, list):
+        for at in sorted({*range(min(2, len(value))), len(value) - 1} - {-1}):
+            places += _places(value[at], (*where, at))
+    return places
+
+
+HEALTHY_TABLES = _tables(_node("h100-8gpu-healthy.json"))
+TABLE_PLACES = [place for where in TABLES for place in _places(_at(HEALTHY_TABLES, where), ("node", *where))]
+# A dict column's own structure (distinct, at and their entries), drawn as often as all other places.
+DISTINCT_PLACES = [place for place in TABLE_PLACES if {"distinct", "at"} & {*place}]
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2, 3) | st.floats() | st.text(max_size=2),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=2),
+    max_leaves=5,
+)
+# Values a reader must tell apart from what table_of writes (indices, lists, objects), drawn often.
+TABLE_VALUES: st.SearchStrategy[object] = (
+    st.sampled_from([None, [None], [], {}, [{}], -1, 0, 1, True, "x", 0.5]) | JSON_VALUES
+)
+
+
+@settings(max_examples=examples(500), deadline=None)
+@given(
+    changes=st.lists(
+        st.tuples(st.sampled_from(DISTINCT_PLACES) | st.sampled_from(TABLE_PLACES), TABLE_VALUES),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_any_malformed_table_is_a_snapshot_error(changes: list[tuple[tuple[str | int, ...], object]]) -> None:
+    """Any JSON anywhere in a table (null in distinct, wrong types, bad indices) reads or is a SnapshotError.
+
+    _read lets any other exception through: before the distinct entries were checked, a null among them
+    was a TypeError, and a replay of the file an INTERNALERROR.
+    """
+    document = copy.deepcopy(HEALTHY_TABLES)
+    for place, value in changes:
+        _put(document, place, value)
+    assert isinstance(_read(document), (Node, str))
+
+
+def _put(document: dict[str, Any], place: tuple[str | int, ...], value: object) -> None:
+    """Set the value at ``place``, unless an earlier change left no such place."""
+    parent: Any = document
+    last: Any = place[-1]
+    try:
+        for key in place[:-1]:
+            parent = parent[key]
+        if isinstance(parent, (list, dict)):
+            parent[last] = value  # a list takes an index within it only (else IndexError, TypeError)
+    except (KeyError, IndexError, TypeError):
+        pass

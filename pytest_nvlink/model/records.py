@@ -461,12 +461,19 @@ _CHECKED_DICTS: _ColumnRule = (frozenset({dict, _NONE_TYPE}), None, False)  # co
 
 
 def _distinct_parts(column: dict[str, Any], where: _Where) -> tuple[list[Any], list[int | None]]:
-    """``distinct`` and ``at``, each index checked to point into distinct (or be null)."""
+    """``distinct`` and ``at``: each distinct entry checked to be an object, each index to point into it or be null."""
     distinct, at = column.get("distinct"), column.get("at")
     if column.keys() != {"distinct", "at"} or type(distinct) is not list or type(at) is not list:
         raise SnapshotError(
             f'{_where_text(where)}: expected a list, or {{"distinct": [objects], "at": [index or null per record]}}'
         )
+    # Only objects: table_of lists each distinct dict, and a record without one has null in at. A null
+    # here once reached dict() as a TypeError (and a replay as an INTERNALERROR); others named a record.
+    if not {*map(type, distinct)} <= _DICT:
+        first = next(i for i, value in enumerate(distinct) if type(value) is not dict)
+        entry = distinct[first]
+        got = "null (a record without one has null in at)" if entry is None else type(entry).__name__
+        raise SnapshotError(f"{_where_text(((where, 'distinct'), first))}: expected an object, got {got}")
     # Not bool (True would point at distinct[1]), not negative, not beyond the list.
     if {*map(type, at)} <= {int, _NONE_TYPE} and all(i is None or 0 <= i < len(distinct) for i in set(at)):
         return distinct, at
