@@ -142,3 +142,15 @@ def _badness_order(m: P2PMeasurement) -> tuple[int, float]:
 
 def _shown(m: P2PMeasurement) -> str:
     return f"{m.value:g} {m.unit}" if m.value is not None else f"no figure ({m.error or 'failed'})"
+
+
+def worst_measured(figures: list[P2PMeasurement], kind: str) -> P2PMeasurement | None:
+    """The node's worst figure of ``kind`` that was measured (lowest bandwidth, highest latency); None if none was.
+
+    The one rule the renderers name a "worst pair" by; the first of equal figures, in recorded order, wins.
+    """
+    measured = [m for m in figures if m.kind == kind and m.value is not None]
+    if not measured:
+        return None
+    pick = max if kind == "latency" else min
+    return pick(measured, key=lambda m: m.value or 0.0)

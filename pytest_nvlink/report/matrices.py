@@ -15,6 +15,7 @@ from tabulate import tabulate
 
 from pytest_nvlink.config.suites import path_matches
 from pytest_nvlink.model import Node, P2PMeasurement
+from pytest_nvlink.model.figures import worst_measured
 from pytest_nvlink.record.items import ItemResult, pair_outcomes
 from pytest_nvlink.record.run import Run
 
@@ -171,8 +172,7 @@ def _failing_pairs(items: Sequence[ItemResult], kind: str) -> set[tuple[int, int
 
 
 def worst_pair(run: Run, kind: str = "unidirectional") -> str | None:
-    measured = [m for m in run.node.measurements.p2p if m.kind == kind and m.value is not None]
-    if not measured:
+    worst = worst_measured(run.node.measurements.p2p, kind)
+    if worst is None:
         return None
-    worst = min(measured, key=lambda m: m.value or 0.0)
     return f"worst {kind} pair: GPU {worst.src} -> GPU {worst.dst} at {worst.value:.1f} GB/s"

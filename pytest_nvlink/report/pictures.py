@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from pytest_nvlink.config.suites import path_matches
 from pytest_nvlink.model import Node, nvlink_count_of_path
+from pytest_nvlink.model.figures import worst_measured
 from pytest_nvlink.record.run import Run
 
 # ColorBrewer YlGn (the scale nvloom's plot_heatmaps.py uses): low = yellow, high = dark green.
@@ -107,12 +108,8 @@ def heatmap(run: Run, kind: str, scale: Scale, failing: set[tuple[int, int]]) ->
 
 
 def worst(run: Run, kind: str) -> str | None:
-    measured = [m for m in run.node.measurements.p2p if m.kind == kind and m.value is not None]
-    if not measured:
-        return None
-    pick = max if kind == "latency" else min
-    m = pick(measured, key=lambda m: m.value or 0.0)
-    return f"worst pair: GPU {m.src} -> GPU {m.dst} at {m.value:.1f} {UNIT[kind]}"
+    m = worst_measured(run.node.measurements.p2p, kind)
+    return None if m is None else f"worst pair: GPU {m.src} -> GPU {m.dst} at {m.value:.1f} {UNIT[kind]}"
 
 
 # Path classes from best to worst, coloured as a traffic light (NV# green .. SYS red).
