@@ -363,7 +363,14 @@ def _detect(text: str) -> str | None:
         text
     ):
         return KIND
-    return None
+    return KIND if _mostly_nccl_lines(text) else None
+
+
+def _mostly_nccl_lines(text: str) -> bool:
+    """A framework's log whose own prefix precedes "NCCL INFO" on most lines: NCCL's lines all the same."""
+    lines = [line for line in split_lines(text) if line.strip()]
+    nccl = sum(1 for line in lines if _ANY_PREFIX.search(line))
+    return nccl >= max(2, len(lines) / 2)
 
 
 def merge_logs(merger: Merger, logs: Sequence[Text]) -> None:
