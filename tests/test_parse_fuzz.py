@@ -202,3 +202,63 @@ def test_damage_never_turns_a_failure_into_a_pass(
         after = all_verdicts(node, suite)
         turned = sorted(item for item in failing if after[item] is Outcome.PASS)
         assert not turned, f"damage turned failing items into passes: {turned[:5]}"
+
+
+# --- line damage of the second round: elisions, launcher prefixes, cut legends -------------------------
+
+# (suite, sample, edit): classes 1 (nvlink -s cut short), 3 (prefixed lines) and 7 (cut topo legend).
+MARKED_SCENARIOS: list[tuple[str, str, tuple[str, str, int] | None]] = [
+    ("a100-8gpu", "topo/a100-sxm4-80gb-8gpu-distserve3.txt", ("NV12", "PHB", -1)),
+    ("a100-8gpu", "topo/a100-sxm4-80gb-8gpu-vm-constructed-phb-legend-cut.txt", None),
+    ("h100-8gpu", "topo/h100-sxm-8gpu-constructed-srun-label.txt", None),
+    ("h100-8gpu", "nvlink/h100-sxm-8gpu-aws-p5-nvlink-status.txt", ("Link 5: 26.562 GB/s", "Link 5: <inactive>", 4)),
+    ("a100-8gpu", "nvlink/a100-sxm4-80gb-8gpu-constructed-status-cut-short.txt", None),
+]
+ELISIONS = st.sampled_from(["...", "....", "......", "[...]", "<snip>", "(output truncated)", "  ...  "])
+LAUNCHER_PREFIXES = st.sampled_from(
+    ["[1,0]<stdout>:", " 0: ", "node7: ", "(WorkerDict pid=123) ", "> > ", "2024-05-01T10:00:00.5Z ", "svc-1  | "]
+)
+
+
+@st.composite
+def marked_damage(draw: st.DrawFn, text: str) -> str:
+    """A range of lines replaced by an elision marker, a prefix on every line, or the text cut in its Legend."""
+    lines = text.split("\n")
+    for _ in range(draw(st.integers(1, 2))):
+        operation = draw(st.sampled_from(["elide", "prefix", "cut_legend"]))
+        if operation == "elide":
+            start = draw(st.integers(0, len(lines) - 1))
+            end = draw(st.integers(start, len(lines)))
+            lines = [*lines[:start], draw(ELISIONS), *lines[end:]]
+        elif operation == "prefix":
+            prefix = draw(LAUNCHER_PREFIXES)
+            lines = [prefix + line for line in lines]
+        else:
+            legend = next((n for n, line in enumerate(lines) if "Legend:" in line), len(lines))
+            lines = lines[: draw(st.integers(min(legend, len(lines)), len(lines)))] or [""]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize(("suite", "sample_name", "edit"), MARKED_SCENARIOS, ids=[s[1] for s in MARKED_SCENARIOS])
+@settings(max_examples=PROPERTY_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_elisions_prefixes_and_cut_legends_never_turn_a_failure_into_a_pass(
+    suite: str, sample_name: str, edit: tuple[str, str, int] | None, data: st.DataObject
+) -> None:
+    text = _faulty_text(sample_name, edit)
+    with tempfile.TemporaryDirectory() as folder:
+        original = Path(folder) / "original.txt"
+        original.write_text(text, encoding="utf-8")
+        failing = {
+            item for item, outcome in all_verdicts(load_evidence([original]), suite).items() if outcome is Outcome.FAIL
+        }
+        assert failing, "the scenario must start from a failing verdict"
+        damaged = Path(folder) / "damaged.txt"
+        damaged.write_text(data.draw(marked_damage(text)), encoding="utf-8")
+        try:
+            node = load_evidence([damaged])
+        except EvidenceError:
+            return
+        after = all_verdicts(node, suite)
+        turned = sorted(item for item in failing if after[item] is Outcome.PASS)
+        assert not turned, f"damage turned failing items into passes: {turned[:5]}"

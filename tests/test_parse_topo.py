@@ -195,10 +195,30 @@ def test_no_header_is_an_error() -> None:
 def test_topo_mp_is_flagged_pcie_only() -> None:
     text = "$ nvidia-smi topo -mp\n" + matrix(all_pairs(2, "PXB"))
     assert topo.parse(text).pcie_only
-    legend_without_nv = matrix(all_pairs(2, "PXB")) + "\nLegend:\n\n  X    = Self\n  PXB  = Connection ...\n"
-    assert topo.parse(legend_without_nv).pcie_only
+    whole_pcie_legend = matrix(all_pairs(2, "PXB")) + "\nLegend:\n\n" + "\n".join(f"  {c} = ..." for c in PCIE_LEGEND)
+    assert topo.parse(whole_pcie_legend).pcie_only
+    assert topo.parse(whole_pcie_legend).notes == ()
     assert not topo.parse(matrix(all_pairs(2, "PXB"))).pcie_only
     assert topo.parse(matrix(all_pairs(2, "PXB")), pcie_only=True).pcie_only
+
+
+PCIE_LEGEND = ["X", "SYS", "NODE", "PHB", "PXB", "PIX"]
+
+
+@pytest.mark.parametrize("kept", range(len(PCIE_LEGEND) - 1), ids=lambda kept: f"legend-cut-after-{PCIE_LEGEND[kept]}")
+def test_legend_cut_before_nv_is_topo_m(kept: int) -> None:
+    # A topo -m legend cut before PIX/NV# lacks NV# like -mp's, but also a PCIe class: it is no -mp legend.
+    legend = "\nLegend:\n\n" + "\n".join(f"  {c} = ..." for c in PCIE_LEGEND[: kept + 1])
+    result = topo.parse(matrix(all_pairs(8, "PHB")) + legend)
+    assert not result.pcie_only
+    assert result.paths[(0, 7)] == "PHB"
+    assert any("stops before its NV# line" in text for _, text in result.notes)
+
+
+def test_legend_with_nv_takes_no_note() -> None:
+    legend = "\nLegend:\n\n" + "\n".join(f"  {c} = ..." for c in [*PCIE_LEGEND, "NV#"])
+    result = topo.parse(matrix(all_pairs(4, "PHB")) + legend)
+    assert (result.pcie_only, result.notes) == (False, ())
 
 
 P2P_TEXT = """$ nvidia-smi topo -p2p r

@@ -54,6 +54,9 @@ class _GpuFacts:
     links: dict[int, dict[str, _Fact]] = field(default_factory=dict)  # link -> "active", "speed", ...
     errors: dict[int, dict[str, int]] = field(default_factory=dict)
     all_inactive: str | None = None  # file that said "all links are inactive"
+    # Files whose list of this GPU's links is cut short (why), and files that list it whole.
+    cut: dict[str, str] = field(default_factory=dict)
+    whole: set[str] = field(default_factory=set)
 
 
 class Merger:
@@ -142,6 +145,15 @@ class Merger:
 
     def links_inactive(self, gpu: int, file: str) -> None:
         self._gpu(gpu).all_inactive = file
+
+    def link_list(self, gpu: int, file: str, cut: str | None = None) -> None:
+        """A file lists the GPU's links whole, or cut short (``cut`` says where): then only a whole list counts."""
+        facts = self._gpu(gpu)
+        if cut is None:
+            facts.whole.add(file)
+        else:
+            facts.cut[file] = cut
+            self.unknown_reason(f"gpu{gpu}.nvlink", cut)
 
     def link(
         self,
@@ -292,6 +304,8 @@ class Merger:
             return []  # nvidia-smi: "all links are inactive"; the per-link list is not printed
         if not facts.links and not facts.errors:
             return None
+        if facts.cut and not facts.whole:
+            return None  # the links read are not all of them: the count, and each per-link check, is unknown
         links = []
         for number in sorted(set(facts.links) | set(facts.errors)):
             store = {key: fact.value for key, fact in facts.links.get(number, {}).items()}

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_nvlink.sources.evidence.merge import EvidenceError
+from pytest_nvlink.sources.evidence.parsers import detect
+from pytest_nvlink.sources.evidence.parsers.common import ParseError
+from pytest_nvlink.sources.evidence.parsers.prefixes import strip_prefixes
 
 __all__ = ["Loaded", "Pending", "read_files"]
 
@@ -81,6 +84,26 @@ def _excluded_by(file: Path, root: Path, exclude: Sequence[str]) -> str | None:
 
 
 def _read(path: Path, pending: Pending) -> tuple[str, str | None]:
+    """The file's text without launcher line prefixes, or "" and why it cannot be read as text."""
+    text, problem = _decode(path, pending)
+    if problem is not None:
+        return text, problem
+    # One place, before any output is told apart: every format reads the bare tool output.
+    stripped = strip_prefixes(text, _readable)
+    for removed in stripped.removed:
+        pending.note(str(path), f"removed {removed}")
+    return stripped.text, None
+
+
+def _readable(text: str) -> bool:
+    try:
+        detect.parse_any(text)
+    except ParseError:
+        return False
+    return True
+
+
+def _decode(path: Path, pending: Pending) -> tuple[str, str | None]:
     """The file's text, or "" and why it cannot be read as text."""
     try:
         data = path.read_bytes()

@@ -227,13 +227,19 @@ def _with_rank(clique: MnnvlClique, host: str, pid: str, out: _Builder) -> Mnnvl
     return clique if rank is None else dataclasses.replace(clique, rank=rank)
 
 
-# Grepped or reformatted logs, where the "host:pid:tid [dev]" prefix is
-# gone or replaced: "NCCL INFO Channel 00 : ...", "[2025-01-31 12:00:00] NCCL INFO ...",
-# "transport.cc:123 (ncclTransportP2pSetup) NCCL INFO ...". Tried only when _PREFIX does not match.
+# Grepped or reformatted logs, where the "host:pid:tid [dev]" prefix is gone, cut to "pid:tid [dev]" or
+# replaced: "NCCL INFO Channel 00 : ...", "[2025-01-31 12:00:00] NCCL INFO ...", "2025-01-31 12:00:00.123 [0]
+# NCCL INFO ..." (NCCL_DEBUG_TIMESTAMP_FORMAT), "transport.cc:123 (ncclTransportP2pSetup) NCCL INFO ...".
+# Tried only when _PREFIX does not match.
+_TIME = r"(?:\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\]?\s*)?"
 _STRIPPED = re.compile(
-    r"^\s*(?:\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\]\s*)?(?:\[(?P<dev>\d+)\]\s+)?"
+    rf"^\s*{_TIME}(?:\d+:\d+\s+)?(?:\[(?P<dev>\d+)\]\s+)?"
     r"(?:(?P<file>[\w.]+:\d+)(?:\s+\(\w+\))?\s+)?NCCL\s+(?P<level>INFO|WARN|TRACE|ABORT)\s?(?P<msg>.*)"
 )
+
+
+# Whatever a framework's logger put before it, "NCCL INFO <message>" is NCCL's line: only the message is read.
+_ANY_PREFIX = re.compile(r"(?<!\S)NCCL\s+(?P<level>INFO|WARN|TRACE|ABORT)\s(?P<msg>.*)")
 
 
 def _match_line(raw: str) -> tuple[str, str, str, str] | None:
@@ -241,7 +247,7 @@ def _match_line(raw: str) -> tuple[str, str, str, str] | None:
     match = _PREFIX.search(raw)
     if match is not None:
         return match.group("host"), match.group("pid"), match.group("level"), match.group("msg")
-    stripped = _STRIPPED.match(raw)
+    stripped = _STRIPPED.match(raw) or _ANY_PREFIX.search(raw)
     if stripped is not None:
         return "", "", stripped.group("level"), stripped.group("msg")
     return None
@@ -251,8 +257,6 @@ def _read_into(text: str, out: _Builder) -> None:
     for line_no, raw in enumerate(split_lines(text), start=1):
         found = _match_line(raw)
         if found is None:
-            if re.search(r"\bNCCL\s+(?:INFO|WARN)\b.*\bChannel\b.*\bvia\b", raw):
-                raise bad_line("'host:pid:tid [dev] NCCL INFO Channel ...' prefix", raw, line_no)
             continue
         out.nccl_lines += 1
         host, pid, level, msg = found[0], found[1], found[2], found[3].strip()
@@ -347,7 +351,9 @@ def _channel(msg: str, raw: str, line_no: int) -> Channel:
 KIND = "nccl_log"
 # An NCCL log with its "host:pid:tid [dev]" prefix grepped away or replaced by a timestamp.
 _STRIPPED_LOG = re.compile(
-    r"^\s*(?:\[[\d\- :T.,]+\]\s*)?(?:\[\d+\]\s+)?(?:[\w.]+:\d+(?:\s+\(\w+\))?\s+)?NCCL\s+(?:INFO|WARN)\s", re.MULTILINE
+    rf"^\s*(?:\[[\d\- :T.,]+\]\s*)?{_TIME}(?:\d+:\d+\s+)?(?:\[\d+\]\s+)?(?:[\w.]+:\d+(?:\s+\(\w+\))?\s+)?"
+    r"NCCL\s+(?:INFO|WARN)\s",
+    re.MULTILINE,
 )
 
 
@@ -357,7 +363,14 @@ def _detect(text: str) -> str | None:
         text
     ):
         return KIND
-    return None
+    return KIND if _mostly_nccl_lines(text) else None
+
+
+def _mostly_nccl_lines(text: str) -> bool:
+    """A framework's log whose own prefix precedes "NCCL INFO" on most lines: NCCL's lines all the same."""
+    lines = [line for line in split_lines(text) if line.strip()]
+    nccl = sum(1 for line in lines if _ANY_PREFIX.search(line))
+    return nccl >= max(2, len(lines) / 2)
 
 
 def merge_logs(merger: Merger, logs: Sequence[Text]) -> None:

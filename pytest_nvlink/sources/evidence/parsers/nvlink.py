@@ -10,7 +10,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from pytest_nvlink.sources.evidence.parsers.common import ParseError, bad_line, parse_float, parse_int, split_lines
+from pytest_nvlink.sources.evidence.parsers.common import (
+    ParseError,
+    bad_line,
+    parse_float,
+    parse_int,
+    quote,
+    split_lines,
+)
 from pytest_nvlink.sources.evidence.parsers.registry import Format, Into, register
 
 STATUS = "nvlink_status"
@@ -30,6 +37,12 @@ _REMOTE_LINE = re.compile(
 )
 _CAP_LINE = re.compile(r"Link\s+(\d+)\s*,\s*(.+?)\s*:\s*(true|false)\s*", re.IGNORECASE)
 _COUNTER_LINE = re.compile(r"Link\s+(\d+):\s*(.+?)\s*:\s*(\S+)\s*")
+# What people write where they cut a paste short: the lines around it are not all of the output.
+_ELISION = re.compile(
+    r"\.{3,}|…+|\[\s*(?:\.{2,}|…|snip(?:ped)?)\s*\]|<\s*(?:snip(?:ped)?|\.{2,}|…)\s*>|-+\s*snip(?:ped)?\s*-+"
+    r"|\(?\s*(?:output\s+)?(?:truncated|snipped|cut)(?:\s+here)?\s*\)?|\(\s*\d+\s+more\s+lines?.*\)",
+    re.IGNORECASE,
+)
 
 # nvidia-smi's counter names, lower-cased, mapped to the model's ERROR_COUNTER_NAMES. Names not
 # listed (Tx/Rx packets and bytes, BER, FEC bins of newer drivers) are kept as raw counters only.
@@ -70,12 +83,14 @@ class GpuLinks:
     uuid: str | None
     links: tuple[LinkInfo, ...]
     all_inactive: bool = False  # "Unable to retrieve NVLink information as all links are inActive"
+    cut: tuple[int, str] | None = None  # (line, why) when the block is cut short: its link count is unknown
 
 
 @dataclass(frozen=True)
 class NvlinkReport:
     kinds: frozenset[str]  # subset of STATUS, ERRORS, CAPS, REMOTE
     gpus: tuple[GpuLinks, ...]
+    notes: tuple[tuple[int, str], ...] = ()  # (line, text): cut-short blocks, listed under the file
 
     @property
     def kind(self) -> str:
@@ -111,33 +126,55 @@ class _GpuBuilder:
     line_no: int
     links: dict[int, _LinkBuilder] = field(default_factory=dict)
     all_inactive: bool = False
+    cut: tuple[int, str] | None = None
 
     def link(self, number: int) -> _LinkBuilder:
         return self.links.setdefault(number, _LinkBuilder(number))
+
+
+@dataclass
+class _Block:
+    """One ``GPU n:`` header and the lines under it, to tell a block that ends early."""
+
+    gpu: _GpuBuilder
+    kinds: set[str] = field(default_factory=set)
+    lines: int = 0  # link lines
+    last_line: int = 0
 
 
 def parse(text: str) -> NvlinkReport:
     gpus: dict[int, _GpuBuilder] = {}
     current: _GpuBuilder | None = None
     kinds: set[str] = set()
+    blocks: list[_Block] = []
     for line_no, raw in enumerate(split_lines(text), start=1):
         line = raw.strip()
+        if _ELISION.fullmatch(line):
+            if current is not None and current.cut is None:
+                current.cut = (line_no, f"cut short at {quote(line)}")
+            continue
         if not line or _BANNER.fullmatch(line):
             continue
         header = _GPU_HEADER.fullmatch(line)
         if header:
             current = _start_gpu(header, gpus, line_no)
+            blocks.append(_Block(current, last_line=line_no))
             continue
         if _ALL_INACTIVE.search(line):
             if current is None:
                 raise bad_line("a 'GPU n: NAME' header before the all-links-inactive message", raw, line_no)
             current.all_inactive = True
             kinds.add(STATUS)
+            blocks[-1].kinds.add(STATUS)
             continue
         if re.match(r"link\b", line, re.IGNORECASE):
             if current is None:
                 raise bad_line("a 'GPU n: NAME (UUID: ...)' header before the first Link line", raw, line_no)
-            kinds.add(_read_link_line(line, raw, line_no, current))
+            kind = _read_link_line(line, raw, line_no, current)
+            kinds.add(kind)
+            blocks[-1].kinds.add(kind)
+            blocks[-1].lines += 1
+            blocks[-1].last_line = line_no
             continue
         if re.match(r"GPU\s*\d", line):
             raise bad_line("a GPU header like 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)'", raw, line_no)
@@ -146,7 +183,31 @@ def parse(text: str) -> NvlinkReport:
         raise ParseError("expected nvidia-smi nvlink output with 'GPU n: NAME' headers; none found", 0)
     if not kinds:
         raise ParseError("GPU headers found but no Link lines and no all-links-inactive message", 0)
-    return NvlinkReport(kinds=frozenset(kinds), gpus=tuple(_freeze(g) for g in sorted(gpus.values(), key=_index)))
+    _check_last_block(blocks)
+    frozen = tuple(_freeze(g) for g in sorted(gpus.values(), key=_index))
+    notes = tuple(
+        (g.cut[0], f"GPU {g.index}: the nvidia-smi nvlink block is {g.cut[1]}; its link count is not known")
+        for g in frozen
+        if g.cut is not None
+    )
+    return NvlinkReport(kinds=frozenset(kinds), gpus=frozen, notes=notes)
+
+
+def _check_last_block(blocks: list[_Block]) -> None:
+    """The output's last block with fewer link lines than its like: the paste ended inside it.
+
+    nvidia-smi prints every link of a GPU (active or not), so GPUs of one model list as many; only the
+    last block can have lost its end without a marker, and only its siblings can say how long it was.
+    """
+    if not blocks:
+        return
+    last = blocks[-1]
+    if last.gpu.all_inactive or last.gpu.cut is not None:
+        return
+    like = [b.lines for b in blocks[:-1] if b.gpu.name == last.gpu.name and b.kinds == last.kinds and b.kinds]
+    if (like and last.lines < max(like)) or (not last.kinds and len(blocks) > 1):
+        seen = f"{last.lines} link line(s) where the other {last.gpu.name or 'GPU'} blocks have {max(like, default=0)}"
+        last.gpu.cut = (last.last_line, f"cut short: the output ends after {seen}")
 
 
 def _index(gpu: _GpuBuilder) -> int:
@@ -155,7 +216,7 @@ def _index(gpu: _GpuBuilder) -> int:
 
 def _freeze(gpu: _GpuBuilder) -> GpuLinks:
     links = tuple(gpu.links[n].freeze() for n in sorted(gpu.links))
-    return GpuLinks(gpu.index, gpu.name, gpu.uuid, links, gpu.all_inactive)
+    return GpuLinks(gpu.index, gpu.name, gpu.uuid, links, gpu.all_inactive, gpu.cut)
 
 
 def _start_gpu(header: re.Match[str], gpus: dict[int, _GpuBuilder], line_no: int) -> _GpuBuilder:
@@ -253,6 +314,8 @@ def _merge(into: Into, report: NvlinkReport) -> None:
     for gpu in report.gpus:
         merger.gpu_fact(gpu.index, "name", gpu.name, file)
         merger.gpu_fact(gpu.index, "uuid", gpu.uuid, file)
+        cut = None if gpu.cut is None else f"{into.part.where(gpu.cut[0])}: GPU {gpu.index}'s block is {gpu.cut[1]}"
+        merger.link_list(gpu.index, file, cut)
         if gpu.all_inactive:
             merger.links_inactive(gpu.index, file)
         for link in gpu.links:

@@ -76,6 +76,8 @@ def parse(text: str, *, pcie_only: bool | None = None) -> TopoMatrix:
     }
     nic_columns = tuple(c for c in table.columns if not _GPU_LABEL.fullmatch(c))
     cpu, numa, numa_id = _affinities(table, gpus)
+    pcie = _detect_pcie_only(text, paths) if pcie_only is None else pcie_only
+    legend_note = _legend_note(lines, pcie, paths)
     return TopoMatrix(
         gpu_count=len(gpus),
         paths=paths,
@@ -85,20 +87,37 @@ def parse(text: str, *, pcie_only: bool | None = None) -> TopoMatrix:
         cpu_affinity=cpu,
         numa_affinity=numa,
         gpu_numa_id=numa_id,
-        pcie_only=_detect_pcie_only(text, paths) if pcie_only is None else pcie_only,
+        pcie_only=pcie,
         has_legend=any(line.strip() == "Legend:" for line in lines),
-        notes=tuple(table.notes),
+        notes=(*table.notes, *([legend_note] if legend_note else [])),
     )
 
 
+# topo -mp's legend: every PCIe class and no NV#. A topo -m legend cut before its NV# line lacks some of these.
+_PCIE_LEGEND = (r"(?:SYS|SOC)", "PHB", "PXB", "PIX")
+
+
 def _detect_pcie_only(text: str, paths: dict[tuple[int, int], str]) -> bool:
-    # topo -mp prints no NV# entry in its legend; a topo -m legend always lists it.
+    """Only the -mp command line, or a whole legend without NV#, says -mp: a cut legend says nothing."""
     if re.search(r"topo\s+(?:-mp\b|--matrix_pci)", text):
         return True
-    has_legend = re.search(r"^\s*Legend:", text, re.MULTILINE) is not None
-    nv_in_legend = re.search(r"^\s*NV#\s*=", text, re.MULTILINE) is not None
-    no_nv = not any(p.startswith("NV") for p in paths.values())
-    return has_legend and not nv_in_legend and no_nv
+    if any(p.startswith("NV") for p in paths.values()):
+        return False
+    legend = re.search(r"^\s*Legend:\s*$", text, re.MULTILINE)
+    if legend is None or re.search(r"^\s*NV#\s*=", text, re.MULTILINE):
+        return False
+    after = text[legend.end() :]
+    return all(re.search(rf"^\s*{name}\s*=", after, re.MULTILINE) for name in _PCIE_LEGEND)
+
+
+def _legend_note(lines: list[str], pcie_only: bool, paths: dict[tuple[int, int], str]) -> tuple[int, str] | None:
+    """A legend without NV# that is not the -mp form: it was cut, and the table is read as topo -m."""
+    at = next((n for n, line in enumerate(lines, start=1) if line.strip() == "Legend:"), None)
+    if at is None or pcie_only or any(p.startswith("NV") for p in paths.values()):
+        return None
+    if any(re.match(r"\s*NV#\s*=", line) for line in lines[at:]):
+        return None
+    return at, "the Legend stops before its NV# line (cut short): read as topo -m, not as the PCIe-only topo -mp"
 
 
 # --- table reading -----------------------------------------------------------------------------
