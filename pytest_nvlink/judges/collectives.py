@@ -43,7 +43,7 @@ def collective(ctx: Context, op: str, results: list[CollectiveMeasurement]) -> V
         return ctx.missing_threshold(f"collectives.{op}.busbw_min_gbps")
     size_mib = int(ctx.thresholds.value(f"collectives.{op}.size_mib", 1024))
     # Only a figure over all the suite's GPUs counts; another is shown only to say why it does not.
-    covering = [r for r in results if rank_gap(ctx, r) is None]
+    covering = [r for r in results if rank_gap(ctx, r) is None and _across_hosts(ctx, r) is None]
     m = pick_collective(op, size_mib, covering) or pick_collective(op, size_mib, results)
     props = measured_properties(m.busbw_gbps if m else None, f">= {threshold.value}", "GB/s busbw", threshold)
     if m is not None:
@@ -70,6 +70,9 @@ def collective(ctx: Context, op: str, results: list[CollectiveMeasurement]) -> V
             f"({ctx.thresholds.name}:collectives.{op}.size_mib); sizes recorded: {_sizes_text(op, results)}"
         )
         return unknown(ctx.node.source, f"{op} bus bandwidth", reason, props)
+    out_of_scope = _single_rank(m) or _across_hosts(ctx, m)
+    if out_of_scope is not None:
+        return unknown(ctx.node.source, f"{op} bus bandwidth", f"{op}: {out_of_scope}", props)
     wrong = _wrong_data(op, covering) or m
     if wrong.correct is False:
         return failed(
@@ -97,6 +100,33 @@ def collective(ctx: Context, op: str, results: list[CollectiveMeasurement]) -> V
         f"{op}: busbw {m.busbw_gbps:.1f} GB/s over {m.world_size} ranks{note}, below "
         f"{threshold.value} GB/s ({threshold.where()}); likely cause: {_collective_cause(ctx, op, m)}",
         props,
+    )
+
+
+def _single_rank(m: CollectiveMeasurement) -> str | None:
+    """A run of one rank (nccl-tests without MPI under a launcher prints one such table per process)."""
+    if m.world_size != 1:
+        return None
+    return (
+        f"single rank: the figure at {m.size_bytes / MIB:g} MiB comes from a run of 1 rank ({m.source}), whose "
+        "busbw is 0 by definition and says nothing about NVLink; likely cause: nccl-tests built without MPI=1 "
+        "started once per GPU by mpirun/srun (every process prints its own single-rank table) — rebuild with "
+        "MPI=1 or run one process with -g over every GPU"
+    )
+
+
+def _across_hosts(ctx: Context, m: CollectiveMeasurement) -> str | None:
+    """A multi-node figure judged against a one-server suite: it runs over the network between the hosts."""
+    conditions = m.conditions or {}
+    if ctx.suite.gpus_per_host is not None or "nodes" not in conditions:
+        return None  # a rack suite: the figure over its hosts is the multi-node NVLink (MNNVL) one
+    hosts = f" ({conditions['hosts']})" if "hosts" in conditions else ""
+    busbw = f"busbw {m.busbw_gbps:.1f} GB/s " if m.busbw_gbps is not None else ""
+    return (
+        f"multi-node result: {busbw}over {m.world_size} ranks on {conditions['nodes']} hosts{hosts}; a figure "
+        "across hosts runs over the network between them and says nothing about this node's NVLink ring, so it "
+        f"is not judged against the single-node suite {ctx.suite.name}'s busbw minimum — give a run over this "
+        f"node's {ctx.suite.gpu_count} GPUs"
     )
 
 
