@@ -7,7 +7,7 @@ snapshot, parsed tool output), so re-judging a saved run against other threshold
 from __future__ import annotations
 
 from pytest_nvlink.judges.context import Context
-from pytest_nvlink.model import CollectiveMeasurement, NcclAudit
+from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, TransportChannel
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, not_applicable, passed, unknown
 
 MIB = 1 << 20
@@ -179,11 +179,7 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
     if not ctx.suite.expects_any_nvlink():
         return not_applicable(f"suite {ctx.suite.name} expects no NVLink, so SHM/NET transports are expected")
     rack = ctx.suite.gpus_per_host is not None  # channel device numbers restart on every host: judged by rank
-    bad = (
-        []
-        if audit is None or rack
-        else [c for c in audit.channels if c.transport in ("SHM", "NET") and _expects_nvlink(ctx, c.src_dev, c.dst_dev)]
-    )
+    bad = [] if audit is None or rack else _off_nvlink(ctx, audit)
     # The suite's NVLink paths are what make P2P/NVLS the expected transport on every channel.
     props = measured_properties(
         None if audit is None else f"{len(bad)} of {len(audit.channels)} on SHM/NET",
@@ -240,6 +236,41 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
             nvls + props[len(nvls) :],
         )
     return passed(f"all {len(audit.channels)} NCCL channels use P2P/NVLS", props)
+
+
+def _off_nvlink(ctx: Context, audit: NcclAudit) -> list[TransportChannel]:
+    """SHM/NET channels between GPUs the suite expects on NVLink, less those between hosts of a multi-node run."""
+    crossing = _cross_host_channels(ctx, audit)
+    return [
+        c
+        for c in audit.channels
+        if c.transport in ("SHM", "NET")
+        and (c.src_rank, c.dst_rank) not in crossing
+        and _expects_nvlink(ctx, c.src_dev, c.dst_dev)
+    ]
+
+
+def _cross_host_channels(ctx: Context, audit: NcclAudit) -> set[tuple[int, int]]:
+    """(src rank, dst rank) of channels between ranks on different hosts of a multi-node run: NET/IB there is expected.
+
+    Host names alone do not make a run multi-node (ranks in separate pods of one server have their own host
+    names, and NET between them is the fault to report): only a run that the evidence states spans several
+    nodes (nccl-tests' nNodes, srun -N, device lines on several hosts) excuses its cross-host channels.
+    """
+    multi = {
+        (r.source or "").removeprefix("nccl-tests: ")
+        for r in ctx.node.measurements.collectives
+        if int((r.conditions or {}).get("nodes", "1")) > 1
+    }
+    sources = set((audit.source or "").split(", "))
+    if not multi & sources:
+        return set()
+    host_of = {r.rank: r.host for r in audit.ranks if r.host}
+    return {
+        (c.src_rank, c.dst_rank)
+        for c in audit.channels
+        if c.src_rank in host_of and c.dst_rank in host_of and host_of[c.src_rank] != host_of[c.dst_rank]
+    }
 
 
 def _expects_nvlink(ctx: Context, src_dev: int, dst_dev: int) -> bool:

@@ -186,6 +186,7 @@ def parse(text: str, *, op: str | None = None) -> NcclTestsResult:
     else:
         detected, candidates, nranks = _detect_op(state.binary, rows, nranks, how)
     conflict = facts.conflict
+    nranks = None if conflict else nranks  # not solved from the ratio either: the text contradicts itself
     if conflict is None and detected is not None and nranks is not None:
         conflict = ratio_conflict(detected, rows, nranks)
         nranks = None if conflict else nranks
