@@ -158,7 +158,7 @@ def parse(text: str) -> NvbandwidthResult:
         elif pending is not None and pending.title is None and line.startswith("Waived"):
             _finish(pending, out)
             pending = None
-        elif _ABORT.fullmatch(line):
+        elif _ABORT.fullmatch(line) and not (out.aborted and pending is None):  # later lines of the same abort
             name = pending.name if pending is not None and pending.matrix is None else "the testcase after the last"
             out.aborted.setdefault(name, line)
             pending = None if pending is not None and pending.matrix is None else pending
