@@ -8,7 +8,7 @@ import pytest
 from conftest import sample
 
 from pytest_nvlink.sources.evidence.load import load_evidence
-from pytest_nvlink.sources.evidence.parsers import nccl_tests
+from pytest_nvlink.sources.evidence.parsers import ParseError, nccl_tests
 
 TWO_NODES = "nccl-tests/constructed-h100-2node-16rank-allreduce-elided.txt"
 TWO_NODES_LOG = "nccl-tests/constructed-h100-2node-4rank-allreduce-nccl-debug.txt"
@@ -102,7 +102,7 @@ def test_single_rank_tables_of_a_build_without_mpi_are_one_output() -> None:
 
 def test_a_second_run_after_a_multi_rank_table_is_still_refused() -> None:
     text = sample(ONE_NODE)
-    with pytest.raises(nccl_tests.ParseError, match="one nccl-tests run per file"):
+    with pytest.raises(ParseError, match="one nccl-tests run per file"):
         nccl_tests.parse(text + text)
 
 
