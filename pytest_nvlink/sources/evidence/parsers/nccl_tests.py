@@ -271,8 +271,11 @@ def _single_rank(devices: list[Device], state: _State) -> bool:
     return len(devices) == 1 and devices[0].rank == 0 and (state.ngpus or 1) * (state.nthreads or 1) == 1
 
 
-def _single_rank_table(lines: list[str]) -> bool:
-    """The lines so far are one single-rank table: the next header repeats it rather than starting another run."""
+def _continues(lines: list[str]) -> bool:
+    """nccl-tests prints several header lines; one after result rows starts a second run, unless the lines so
+    far are single-rank tables, which a build without MPI prints once per process."""
+    if not any(re.match(r"\s*\d+\s+\d+\s+[a-z]\w*\s+\S+", line) for line in lines):
+        return True
     ranks = [m.group(1) for line in lines if (m := _DEVICE.fullmatch(line.strip()))]
     header = any(re.match(r"\s*#\s*nThread\s+1\s+nGpus\s+1\b", line) for line in lines)
     return header and ranks == ["0"] * len(ranks) and bool(ranks)
@@ -380,11 +383,6 @@ def _detect(text: str) -> str | None:
     if start is not None and re.search(r"^\s*\d+\s+\d+\s+[a-z]\w*\s+\S+", text[start.end() :], _M) is not None:
         return KIND
     return None
-
-
-def _has_rows(lines: list[str]) -> bool:
-    """nccl-tests prints several header lines; only one after result rows starts a second run."""
-    return any(re.match(r"\s*\d+\s+\d+\s+[a-z]\w*\s+\S+", line) for line in lines)
 
 
 def _merge(into: Into, result: NcclTestsResult) -> None:
@@ -495,7 +493,7 @@ FORMAT = register(
         label="nccl-tests",
         merge=_merge,
         start=re.compile(r"^\s*#\s*(?:nccl-tests version|Collective test starting|nThread\s+\d+|size\s+count\s+type)"),
-        continues=lambda so_far: not _has_rows(so_far) or _single_rank_table(so_far),
+        continues=_continues,
         commands=(r"\w+_perf\b",),
     )
 )
