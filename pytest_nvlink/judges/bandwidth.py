@@ -14,7 +14,7 @@ from typing import cast
 
 from pytest_nvlink.config.thresholds import Threshold
 from pytest_nvlink.judges.context import Context, pair_properties
-from pytest_nvlink.model import P2PMeasurement
+from pytest_nvlink.model import WRONG_DATA, P2PMeasurement
 from pytest_nvlink.verdict import PassedLater, Verdict, failed, measured_properties, unknown
 
 FigureOf = Callable[[int, int, str], "P2PMeasurement | None"]  # a provider's p2p(src, dst, kind)
@@ -49,6 +49,12 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
     if threshold is None:
         return ctx.missing_threshold(key)
     value = _comparable(m)
+    if m is not None and m.error and m.error.startswith(WRONG_DATA):
+        return failed(
+            f"GPU {src} -> GPU {dst}: {m.error}; likely cause: a faulty GPU, NVLink or NVSwitch corrupting copies — "
+            "check dmesg for Xid errors and the NVLink error counters (nvidia-smi nvlink -e)",
+            _figure_props(ctx, (src, dst), kind, m, threshold),
+        )
     if m is None or value is None:
         reason = (m.error if m is not None and m.error else None) or "no measurement recorded"
         what = f"the {kind} P2P {_what(kind)} GPU {src} -> GPU {dst}"

@@ -7,7 +7,7 @@ snapshot, parsed tool output), so re-judging a saved run against other threshold
 from __future__ import annotations
 
 from pytest_nvlink.judges.context import Context
-from pytest_nvlink.model import CollectiveMeasurement, NcclAudit
+from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, TransportChannel
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, not_applicable, passed, unknown
 
 MIB = 1 << 20
@@ -43,7 +43,7 @@ def collective(ctx: Context, op: str, results: list[CollectiveMeasurement]) -> V
         return ctx.missing_threshold(f"collectives.{op}.busbw_min_gbps")
     size_mib = int(ctx.thresholds.value(f"collectives.{op}.size_mib", 1024))
     # Only a figure over all the suite's GPUs counts; another is shown only to say why it does not.
-    covering = [r for r in results if rank_gap(ctx, r) is None]
+    covering = [r for r in results if rank_gap(ctx, r) is None and _across_hosts(ctx, r) is None]
     m = pick_collective(op, size_mib, covering) or pick_collective(op, size_mib, results)
     props = measured_properties(m.busbw_gbps if m else None, f">= {threshold.value}", "GB/s busbw", threshold)
     if m is not None:
@@ -70,6 +70,9 @@ def collective(ctx: Context, op: str, results: list[CollectiveMeasurement]) -> V
             f"({ctx.thresholds.name}:collectives.{op}.size_mib); sizes recorded: {_sizes_text(op, results)}"
         )
         return unknown(f"{op} bus bandwidth", reason, props)
+    out_of_scope = _single_rank(m) or _across_hosts(ctx, m)
+    if out_of_scope is not None:
+        return unknown(f"{op} bus bandwidth", f"{op}: {out_of_scope}", props)
     wrong = _wrong_data(op, covering) or m
     if wrong.correct is False:
         return failed(
@@ -97,6 +100,33 @@ def collective(ctx: Context, op: str, results: list[CollectiveMeasurement]) -> V
         f"{op}: busbw {m.busbw_gbps:.1f} GB/s over {m.world_size} ranks{note}, below "
         f"{threshold.value} GB/s ({threshold.where()}); likely cause: {_collective_cause(ctx, op, m)}",
         props,
+    )
+
+
+def _single_rank(m: CollectiveMeasurement) -> str | None:
+    """A run of one rank (nccl-tests without MPI under a launcher prints one such table per process)."""
+    if m.world_size != 1:
+        return None
+    return (
+        f"single rank: the figure at {m.size_bytes / MIB:g} MiB comes from a run of 1 rank ({m.source}), whose "
+        "busbw is 0 by definition and says nothing about NVLink; likely cause: nccl-tests built without MPI=1 "
+        "started once per GPU by mpirun/srun (every process prints its own single-rank table) — rebuild with "
+        "MPI=1 or run one process with -g over every GPU"
+    )
+
+
+def _across_hosts(ctx: Context, m: CollectiveMeasurement) -> str | None:
+    """A multi-node figure judged against a one-server suite: it runs over the network between the hosts."""
+    conditions = m.conditions or {}
+    if ctx.suite.gpus_per_host is not None or "nodes" not in conditions:
+        return None  # a rack suite: the figure over its hosts is the multi-node NVLink (MNNVL) one
+    hosts = f" ({conditions['hosts']})" if "hosts" in conditions else ""
+    busbw = f"busbw {m.busbw_gbps:.1f} GB/s " if m.busbw_gbps is not None else ""
+    return (
+        f"multi-node result: {busbw}over {m.world_size} ranks on {conditions['nodes']} hosts{hosts}; a figure "
+        "across hosts runs over the network between them and says nothing about this node's NVLink ring, so it "
+        f"is not judged against the single-node suite {ctx.suite.name}'s busbw minimum — give a run over this "
+        f"node's {ctx.suite.gpu_count} GPUs"
     )
 
 
@@ -149,11 +179,7 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
     if not ctx.suite.expects_any_nvlink():
         return not_applicable(f"suite {ctx.suite.name} expects no NVLink, so SHM/NET transports are expected")
     rack = ctx.suite.gpus_per_host is not None  # channel device numbers restart on every host: judged by rank
-    bad = (
-        []
-        if audit is None or rack
-        else [c for c in audit.channels if c.transport in ("SHM", "NET") and _expects_nvlink(ctx, c.src_dev, c.dst_dev)]
-    )
+    bad = [] if audit is None or rack else _off_nvlink(ctx, audit)
     # The suite's NVLink paths are what make P2P/NVLS the expected transport on every channel.
     props = measured_properties(
         None if audit is None else f"{len(bad)} of {len(audit.channels)} on SHM/NET",
@@ -209,6 +235,41 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
             nvls + props[len(nvls) :],
         )
     return passed(f"all {len(audit.channels)} NCCL channels use P2P/NVLS", props)
+
+
+def _off_nvlink(ctx: Context, audit: NcclAudit) -> list[TransportChannel]:
+    """SHM/NET channels between GPUs the suite expects on NVLink, less those between hosts of a multi-node run."""
+    crossing = _cross_host_channels(ctx, audit)
+    return [
+        c
+        for c in audit.channels
+        if c.transport in ("SHM", "NET")
+        and (c.src_rank, c.dst_rank) not in crossing
+        and _expects_nvlink(ctx, c.src_dev, c.dst_dev)
+    ]
+
+
+def _cross_host_channels(ctx: Context, audit: NcclAudit) -> set[tuple[int, int]]:
+    """(src rank, dst rank) of channels between ranks on different hosts of a multi-node run: NET/IB there is expected.
+
+    Host names alone do not make a run multi-node (ranks in separate pods of one server have their own host
+    names, and NET between them is the fault to report): only a run that the evidence states spans several
+    nodes (nccl-tests' nNodes, srun -N, device lines on several hosts) excuses its cross-host channels.
+    """
+    multi = {
+        (r.source or "").removeprefix("nccl-tests: ")
+        for r in ctx.node.measurements.collectives
+        if int((r.conditions or {}).get("nodes", "1")) > 1
+    }
+    sources = set((audit.source or "").split(", "))
+    if not multi & sources:
+        return set()
+    host_of = {r.rank: r.host for r in audit.ranks if r.host}
+    return {
+        (c.src_rank, c.dst_rank)
+        for c in audit.channels
+        if c.src_rank in host_of and c.dst_rank in host_of and host_of[c.src_rank] != host_of[c.dst_rank]
+    }
 
 
 def _expects_nvlink(ctx: Context, src_dev: int, dst_dev: int) -> bool:

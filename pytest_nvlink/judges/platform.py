@@ -22,6 +22,15 @@ def fabric(ctx: Context, gpu: Gpu) -> Verdict:
     props = measured_properties(
         info.state if info else None, "completed/success", "fabric state", threshold
     ) + gpu_properties(gpu)
+    unplaced = ctx.node.unknown_reasons.get("fabric.unplaced_fault")
+    if info is None and unplaced is not None:
+        return failed(
+            f"GPU {index}: no fabric state of its own, and a GPU of this node whose index the evidence does not "
+            f"state reports {unplaced}, expected State Completed, Status Success and a healthy Health block "
+            f"({threshold.where()}); it may be this one; likely cause: Fabric Manager is not running or failed — "
+            "check `systemctl status nvidia-fabricmanager` and the full `nvidia-smi -q` of every GPU",
+            props,
+        )
     if info is None:
         return unknown(
             f"the NVSwitch fabric state of GPU {index}",

@@ -174,6 +174,11 @@ class P2PMeasurement:
     conditions: dict[str, str] | None = None
 
 
+# How P2PMeasurement.error starts when the tool's own data check failed: a fault, judged as a failure,
+# not a missing figure (nvbandwidth's "Invalid value when checking the pattern" abort).
+WRONG_DATA = "WRONG DATA"
+
+
 @dataclass
 class CollectiveMeasurement:
     """One collective at one size, with nccl-tests' algbw/busbw definitions."""

@@ -9,12 +9,22 @@ skipped, WARN lines are kept.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pytest_nvlink.model import CollectiveMeasurement
 from pytest_nvlink.sources.evidence.parsers.common import ParseError, bad_line, parse_float, parse_int, split_lines
+from pytest_nvlink.sources.evidence.parsers.nccl_ranks import (
+    BUS_FACTORS,
+    ELISION,
+    median_ratio,
+    rank_facts,
+    ranks_fitting,
+    ranks_from_ratio,
+    ratio_conflict,
+    scope_conditions,
+    scope_text,
+)
 from pytest_nvlink.sources.evidence.parsers.registry import Format, Into, register
 
 if TYPE_CHECKING:
@@ -40,14 +50,6 @@ _DEVICE = re.compile(
     r"#\s*Rank\s+(\d+)\s+Group\s+(\d+)\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*"
 )
 _NCCL_LOG_LINE = re.compile(r"\bNCCL\s+(INFO|WARN|TRACE|ABORT)\b")
-# busbw / algbw for each collective at n ranks (nccl-tests doc/PERFORMANCE.md).
-_BUS_FACTORS: dict[str, Callable[[int], float]] = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "sendrecv": lambda n: 1.0,
-}
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,12 @@ class NcclTestsResult:
     op_candidates: tuple[str, ...] = ()
     inferred: str | None = None
     log_ranks: tuple[int, ...] = ()  # ranks named by NCCL INFO "rank R nranks N" lines
+    rank_conflict: str | None = None  # why nranks is None although the text names ranks (sources disagree)
+    ranks_elided: bool = False  # '# Using devices' leaves ranks out
+    nodes: int | None = None  # NCCL's "nNodes N" (or srun -N N) when the text states it
+    log_hosts: tuple[str, ...] = ()  # hosts of NCCL log lines' "host:pid:tid" prefixes
+    empty_rows: int = 0  # rows of size 0 (nccl-tests -b 0): normal output, but no bandwidth to judge
+    tables: int = 1  # >1: that many single-rank runs, one table each (nccl-tests without MPI, N processes)
 
     @property
     def gpu_names(self) -> tuple[str, ...]:
@@ -109,6 +117,18 @@ class NcclTestsResult:
     @property
     def hosts(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(d.host for d in self.devices))
+
+    @property
+    def all_hosts(self) -> tuple[str, ...]:
+        """The hosts of the device list, then those of NCCL log lines."""
+        return tuple(dict.fromkeys((*self.hosts, *self.log_hosts)))
+
+    @property
+    def multi_node(self) -> bool:
+        """The ranks ran on more than one server; NCCL's nNodes wins over host names (pods of one server)."""
+        if self.nodes is not None:
+            return self.nodes > 1
+        return len(self.all_hosts) > 1
 
 
 @dataclass
@@ -123,6 +143,9 @@ class _State:
     log_ranks: dict[int, None] = field(default_factory=dict)
     out_of_bounds: int | None = None
     avg_busbw: float | None = None
+    elision: bool = False  # an elision line ("...", "<snip>") inside the device list
+    tables: int = 1  # single-rank tables printed one after another (a build without MPI under a launcher)
+    empty_rows: int = 0
 
 
 def parse(text: str, *, op: str | None = None) -> NcclTestsResult:
@@ -141,21 +164,20 @@ def parse(text: str, *, op: str | None = None) -> NcclTestsResult:
                 warnings.append(line)
             _read_rank_line(line, state)
             continue
-        if line.startswith("#"):
+        if ELISION.fullmatch(line):
+            state.elision = state.elision or (bool(devices) and not state.column_header)
+        elif line.startswith("#"):
             _read_comment(line, raw, line_no, state, devices, after_rows=bool(rows))
         elif re.match(r"\d+\s", line):
-            rows.append(_read_row(line, raw, line_no, state.error_column))
-        else:
-            binary = _BINARY.search(line)
-            if binary and state.binary is None:
-                state.binary = binary.group(0)  # the command line, e.g. "./build/all_reduce_perf -b 8"
-    if not rows and not (state.column_header and (state.binary or devices or state.ngpus)):
+            _add_row(_read_row(line, raw, line_no, state.error_column), rows, state)
+        elif (binary := _BINARY.search(line)) and state.binary is None:
+            state.binary = binary.group(0)  # the command line, e.g. "./build/all_reduce_perf -b 8"
+    if not rows and not state.empty_rows and not (state.column_header and (state.binary or devices or state.ngpus)):
         raise ParseError("expected nccl-tests result rows (size count type ... busbw #wrong); none found", 0)
-    nranks = len(devices) or (state.ngpus * state.nthreads if state.ngpus and state.nthreads else None)
-    how: list[str] = []
-    if nranks is None and state.log_nranks is not None:
-        nranks = state.log_nranks
-        how.append(f"{nranks} ranks from NCCL INFO 'rank R nranks N' lines")
+    per_process = state.ngpus * state.nthreads if state.ngpus and state.nthreads else None
+    facts = rank_facts(text, [d.rank for d in devices], per_process, state.log_nranks, marker=state.elision)
+    nranks = facts.nranks
+    how: list[str] = list(facts.how)
     wrongs = [t.wrong for r in rows for t in (r.out_of_place, r.in_place) if t.wrong is not None]
     detected: str | None
     candidates: tuple[str, ...]
@@ -163,6 +185,11 @@ def parse(text: str, *, op: str | None = None) -> NcclTestsResult:
         detected, candidates = _op_from_hint(op), ()
     else:
         detected, candidates, nranks = _detect_op(state.binary, rows, nranks, how)
+    conflict = facts.conflict
+    nranks = None if conflict else nranks  # not solved from the ratio either: the text contradicts itself
+    if conflict is None and detected is not None and nranks is not None:
+        conflict = ratio_conflict(detected, rows, nranks)
+        nranks = None if conflict else nranks
     return NcclTestsResult(
         op=detected,
         binary=state.binary,
@@ -179,7 +206,20 @@ def parse(text: str, *, op: str | None = None) -> NcclTestsResult:
         op_candidates=candidates,
         inferred="; ".join(how) or None,
         log_ranks=tuple(sorted(state.log_ranks)),
+        rank_conflict=conflict,
+        ranks_elided=facts.elided,
+        nodes=facts.nodes,
+        log_hosts=facts.log_hosts,
+        empty_rows=state.empty_rows,
+        tables=state.tables,
     )
+
+
+def _add_row(row: Row, rows: list[Row], state: _State) -> None:
+    if row.size_bytes == 0:
+        state.empty_rows += 1  # -b 0: timed, but no bytes moved, so no bandwidth
+    else:
+        rows.append(row)
 
 
 def _read_rank_line(line: str, state: _State) -> None:
@@ -194,10 +234,12 @@ def _read_comment(line: str, raw: str, line_no: int, state: _State, devices: lis
     body = line.lstrip("#").strip()
     if match := _DEVICE.fullmatch(line):
         rank, group, pid, host, device, bus, name = match.groups()
-        devices.append(Device(int(rank), int(group), int(pid), host, int(device), bus, name))
+        if state.tables == 1:  # a repeated single-rank table names its own process's "Rank 0" again
+            devices.append(Device(int(rank), int(group), int(pid), host, int(device), bus, name))
     elif body.startswith("nThread"):
-        if after_rows:
+        if after_rows and not _single_rank(devices, state):
             raise bad_line("one nccl-tests run per file; a second run starts here, split the file", raw, line_no)
+        state.tables += after_rows
         state.nthreads = _int_after(body, "nThread")
         state.ngpus = _int_after(body, "nGpus")
     elif match := re.match(r"Collective test starting:\s*(\S+)", body):
@@ -222,6 +264,21 @@ def _read_footer(body: str, raw: str, line_no: int, state: _State) -> None:
         state.avg_busbw = parse_float(match.group(1))
         if state.avg_busbw is None:
             raise bad_line("'# Avg bus bandwidth : X'", raw, line_no)
+
+
+def _single_rank(devices: list[Device], state: _State) -> bool:
+    """One process, one GPU, and the device list names rank 0 only: a run of one rank."""
+    return len(devices) == 1 and devices[0].rank == 0 and (state.ngpus or 1) * (state.nthreads or 1) == 1
+
+
+def _continues(lines: list[str]) -> bool:
+    """nccl-tests prints several header lines; one after result rows starts a second run, unless the lines so
+    far are single-rank tables, which a build without MPI prints once per process."""
+    if not any(re.match(r"\s*\d+\s+\d+\s+[a-z]\w*\s+\S+", line) for line in lines):
+        return True
+    ranks = [m.group(1) for line in lines if (m := _DEVICE.fullmatch(line.strip()))]
+    header = any(re.match(r"\s*#\s*nThread\s+1\s+nGpus\s+1\b", line) for line in lines)
+    return header and ranks == ["0"] * len(ranks) and bool(ranks)
 
 
 def _int_after(body: str, word: str) -> int | None:
@@ -274,18 +331,8 @@ def _detect_op(
         match = _BINARY.search(binary) or re.fullmatch(r"(\w+)_perf(?:_mpi)?", binary)
         if match:
             op = _op_from_hint(match.group(1))
-            return op, (), nranks if nranks is not None else _ranks_from_ratio(op, rows, how)
+            return op, (), nranks if nranks is not None else ranks_from_ratio(op, rows, how)
     return _op_from_columns(rows, nranks, how)
-
-
-def _ranks_from_ratio(op: str, rows: list[Row], how: list[str]) -> int | None:
-    ratio = _median_ratio(rows)
-    if op not in _BUS_FACTORS or op == "sendrecv" or ratio is None:
-        return None
-    ranks = _ranks_fitting(op, ratio, None)
-    if ranks:
-        how.append(f"{ranks} ranks from the busbw/algbw ratio {ratio:.3f} of {op}")
-    return ranks or None
 
 
 def _op_from_columns(
@@ -302,11 +349,11 @@ def _op_from_columns(
         return op, (), nranks
     candidates = ["all_reduce", "reduce_scatter", "sendrecv"] if reduces else ["all_gather", "all_to_all", "sendrecv"]
     if first.redop is None:
-        candidates = list(_BUS_FACTORS)  # no redop column printed: anything
-    ratio = _median_ratio(rows)
+        candidates = list(BUS_FACTORS)  # no redop column printed: anything
+    ratio = median_ratio(rows)
     if ratio is None:
         return None, tuple(candidates), nranks
-    fitting = [(c, n) for c in candidates if (n := _ranks_fitting(c, ratio, nranks)) is not None]
+    fitting = [(c, n) for c in candidates if (n := ranks_fitting(c, ratio, nranks)) is not None]
     if len(fitting) != 1:
         return None, tuple(c for c, _ in fitting) or tuple(candidates), nranks
     op, ranks = fitting[0]
@@ -315,32 +362,6 @@ def _op_from_columns(
         return op, (), ranks
     how.append(f"{op} from the busbw/algbw ratio {ratio:.3f} and redop {first.redop}")
     return op, (), nranks
-
-
-def _median_ratio(rows: list[Row]) -> float | None:
-    if not rows:
-        return None
-    ratios = sorted(
-        r.out_of_place.busbw_gbps / r.out_of_place.algbw_gbps
-        for r in rows
-        if r.out_of_place.algbw_gbps and r.out_of_place.busbw_gbps is not None and r.out_of_place.algbw_gbps >= 1.0
-    )
-    return ratios[len(ratios) // 2] if ratios else None
-
-
-def _ranks_fitting(op: str, ratio: float, nranks: int | None) -> int | None:
-    """The rank count (given, or solved from the ratio) at which ``op`` prints this ratio; None if none."""
-    factor = _BUS_FACTORS[op]
-    if nranks is not None:
-        return nranks if nranks >= 2 and abs(factor(nranks) - ratio) <= 0.03 * ratio else None
-    if op == "sendrecv":
-        return 0 if abs(ratio - 1.0) <= 0.03 else None
-    # all_reduce: r = 2(n-1)/n, so n = 2/(2-r); the (n-1)/n family: n = 1/(1-r).
-    scale = 2.0 if op == "all_reduce" else 1.0
-    if ratio >= scale * 0.995:
-        return None
-    solved = round(scale / (scale - ratio))
-    return solved if solved >= 2 and abs(factor(solved) - ratio) <= 0.01 * ratio else None
 
 
 # --- the evidence format: how this output is told apart and merged ----------------------------------
@@ -364,12 +385,10 @@ def _detect(text: str) -> str | None:
     return None
 
 
-def _has_rows(lines: list[str]) -> bool:
-    """nccl-tests prints several header lines; only one after result rows starts a second run."""
-    return any(re.match(r"\s*\d+\s+\d+\s+[a-z]\w*\s+\S+", line) for line in lines)
-
-
 def _merge(into: Into, result: NcclTestsResult) -> None:
+    if result.empty_rows and not result.rows:
+        into.note(f"nccl-tests: only rows of size 0 ({result.empty_rows}): no bandwidth to judge")
+        return
     if not result.rows:
         _merge_hung_run(into, result)
         return
@@ -380,13 +399,16 @@ def _merge(into: Into, result: NcclTestsResult) -> None:
             "not judged (keep the '# Collective test starting' or command line to judge it)",
         )
     elif result.inferred:
-        into.note(f"nccl-tests header trimmed: {result.inferred}")
-    if result.nranks is None:
+        into.note(f"nccl-tests {'device list elided' if result.ranks_elided else 'header trimmed'}: {result.inferred}")
+    if result.rank_conflict is not None:
+        into.note(f"nccl-tests: the rank count is unknown: {result.rank_conflict}; its bandwidth is not judged")
+    elif result.nranks is None:
         into.note(
             "nccl-tests output without '# Using devices' rank lines, '# nThread ... nGpus' header or NCCL INFO "
             "rank lines: the number of ranks is unknown, so its bandwidth is not judged",
         )
     if result.op is not None and result.nranks is not None:
+        _note_scope(into, result)
         add(into.merger, result, into.part.name)
     # A run with NCCL_DEBUG=INFO also shows which transports NCCL picked.
     if re.search(r"NCCL\s+INFO\s+Channel\s+\d+.*\bvia\b", into.part.text):
@@ -401,9 +423,20 @@ def _merge_hung_run(into: Into, result: NcclTestsResult) -> None:
         into.merger.add_failed_collective(result.op, result.nranks or 0, error, into.part.name)
 
 
+def _note_scope(into: Into, result: NcclTestsResult) -> None:
+    if result.nranks == 1:
+        runs = f"{result.tables} single-rank tables (nccl-tests without MPI started {result.tables} times)"
+        into.note(
+            f"nccl-tests {runs if result.tables > 1 else 'single-rank run (nranks 1)'}: busbw is 0 by definition "
+            "and says nothing about NVLink"
+        )
+    elif result.multi_node:
+        into.note(f"nccl-tests multi-node run: {scope_text(result.nranks, result.all_hosts, result.nodes)}")
+
+
 def add(merger: Merger, result: NcclTestsResult, file: str) -> None:
     """The run's rows as collective measurements; a one-host run also names GPUs of the node."""
-    if len(result.hosts) == 1:
+    if len(result.hosts) == 1 and not result.multi_node:
         # Device lines of a single-host run name real GPUs of this node; a subset is possible (-g 4).
         merger.host(result.hosts[0], file)
         merger.lower_bound(max(d.device for d in result.devices) + 1, file)
@@ -425,6 +458,7 @@ def add(merger: Merger, result: NcclTestsResult, file: str) -> None:
                 backend="nccl",
                 source=f"nccl-tests: {file}",
                 rank_gpus=_rank_gpus(result),
+                conditions=scope_conditions(result.multi_node, result.all_hosts, result.nodes),
             )
         )
     merger.note("collectives", file)
@@ -436,7 +470,7 @@ def _rank_gpus(result: NcclTestsResult) -> list[int] | None:
     Devices are CUDA numbers, taken as nvidia-smi's order like every CUDA-numbered evidence file.
     """
     ranks = sorted(result.devices, key=lambda d: d.rank)
-    if len(result.hosts) != 1 or [d.rank for d in ranks] != list(range(result.nranks or 0)):
+    if len(result.hosts) != 1 or result.multi_node or [d.rank for d in ranks] != list(range(result.nranks or 0)):
         return None
     devices = [d.device for d in ranks]
     buses = {d.bus.lower() for d in ranks}
@@ -459,7 +493,7 @@ FORMAT = register(
         label="nccl-tests",
         merge=_merge,
         start=re.compile(r"^\s*#\s*(?:nccl-tests version|Collective test starting|nThread\s+\d+|size\s+count\s+type)"),
-        continues=lambda so_far: not _has_rows(so_far),
+        continues=_continues,
         commands=(r"\w+_perf\b",),
     )
 )

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pytest_nvlink.model import P2PMeasurement
+from pytest_nvlink.model import WRONG_DATA, P2PMeasurement
 from pytest_nvlink.sources.evidence.parsers.common import ParseError, bad_line, parse_float, split_lines
 from pytest_nvlink.sources.evidence.parsers.registry import Format, Into, register
 
@@ -31,6 +31,9 @@ _PROCESS = re.compile(
     r"Process\s+(\d+)\s*\(([^()\s]+)\)\s*:\s*[Dd]evice\s+(\d+)\s*:\s*(.+?)\s*(?:\(([0-9A-Fa-f]+:[0-9A-Fa-f:.]+)\))\s*"
 )
 _SUM = re.compile(r"SUM\s+([\w.-]+)\s+(\S+)\s*")
+# The data check after a copy aborts the whole run: "Invalid value when checking the pattern at ...", "ASSERT ...".
+_ABORT = re.compile(r".*(?:\bASSERT\b|Invalid value when checking the pattern).*")
+_QUOTE = re.compile(r"^\s*(?:>\s?)+")  # Markdown quoting of a pasted block: "> Running ...", "> > 0  N/A ..."
 _VERSIONS = {
     "nvbandwidth Version": "version",
     "MPI version": "mpi",
@@ -84,6 +87,7 @@ class NvbandwidthResult:
     waived: tuple[str, ...] = ()  # testcases that ran but printed no matrix
     notes: tuple[tuple[int, str], ...] = ()
     processes: dict[int, ProcessDevice] = field(default_factory=dict)  # multinode builds only
+    aborted: dict[str, str] = field(default_factory=dict)  # testcase -> the line its data check aborted with
 
     @property
     def version(self) -> str | None:
@@ -127,10 +131,11 @@ class _Builder:
     sums: dict[str, float] = field(default_factory=dict)
     notes: list[tuple[int, str]] = field(default_factory=list)
     processes: dict[int, ProcessDevice] = field(default_factory=dict)
+    aborted: dict[str, str] = field(default_factory=dict)
 
 
 def parse(text: str) -> NvbandwidthResult:
-    lines = split_lines(text)
+    lines = [_QUOTE.sub("", line) for line in split_lines(text)]
     out = _Builder()
     pending: _Pending | None = None
     index = 0
@@ -153,16 +158,27 @@ def parse(text: str) -> NvbandwidthResult:
         elif pending is not None and pending.title is None and line.startswith("Waived"):
             _finish(pending, out)
             pending = None
+        elif _ABORT.fullmatch(line) and not (out.aborted and pending is None):  # later lines of the same abort
+            name = pending.name if pending is not None and pending.matrix is None else "the testcase after the last"
+            out.aborted.setdefault(name, line)
+            pending = None if pending is not None and pending.matrix is None else pending
         elif _PROCESS_START.match(line):
             _read_process(line, lines[index - 1], index, out)
         else:
             _read_preamble(line, out)
     _finish(pending, out)
-    if not out.testcases and not out.waived:
+    if not out.testcases and not out.waived and not out.aborted:
         raise ParseError("expected nvbandwidth output ('Running <testcase>.' followed by a matrix); none found", 0)
     testcases = {name: _with_total(case, out.sums.get(name)) for name, case in out.testcases.items()}
     return NvbandwidthResult(
-        testcases, out.devices, out.bus_ids, out.versions, tuple(out.waived), tuple(out.notes), out.processes
+        testcases,
+        out.devices,
+        out.bus_ids,
+        out.versions,
+        tuple(out.waived),
+        tuple(out.notes),
+        out.processes,
+        out.aborted,
     )
 
 
@@ -274,7 +290,9 @@ _M = re.MULTILINE
 
 
 def _detect(text: str) -> str | None:
-    names = r"^\s*(?:Running\s+\w+\.|nvbandwidth Version:|SUM\s+\w+\s+[\d.]+\s*$)"
+    if re.search(r"^[\s>]*nvbandwidth Version:", text, _M):
+        return KIND  # no other tool prints it; its testcases may all be waived or aborted
+    names = r"^[\s>]*(?:Running\s+\w+\.|SUM\s+\w+\s+[\d.]+\s*$)"
     if re.search(names, text, _M) and re.search(r"\(row\)\s*(?:<->|->|<-)", text):
         return KIND
     return None
@@ -282,6 +300,8 @@ def _detect(text: str) -> str | None:
 
 def _merge(into: Into, result: NvbandwidthResult) -> None:
     add(into.merger, result, into.part.name)
+    for note in no_p2p_notes(result) + host_notes(result):
+        into.note(note)
 
 
 def add(merger: Merger, result: NvbandwidthResult, file: str) -> None:
@@ -293,10 +313,15 @@ def add(merger: Merger, result: NvbandwidthResult, file: str) -> None:
         merger.count(max(max(a, b) for a, b in gpu_cases[0].matrix) + 1, file)
     for index, name in result.devices.items():
         merger.gpu_fact(index, "name", name, file)
+    if not result.devices and not gpu_cases:  # host tests only: their GPU columns name GPUs that exist
+        columns = [col for case in _host_cases(result) for _, col in case.matrix]
+        if columns:
+            merger.lower_bound(max(columns) + 1, file)
     for case in gpu_cases:
         if "device_to_device" in case.name:
             merger.p2p_measurements.extend(_measurements(case, file))
             merger.note("p2p_bandwidth", file)
+    add_unmeasured(merger, result, file)
 
 
 def _measurements(case: Testcase, file: str) -> list[P2PMeasurement]:
@@ -325,6 +350,69 @@ def _measurements(case: Testcase, file: str) -> list[P2PMeasurement]:
             )
         )
     return found
+
+
+def _host_cases(result: NvbandwidthResult) -> list[Testcase]:
+    """Host<->device testcases: one CPU row, a column per GPU; never GPU pairs."""
+    return [case for case in result.testcases.values() if "CPU" in (case.row_kind, case.column_kind)]
+
+
+def _waived_device_to_device(result: NvbandwidthResult) -> list[str]:
+    return [name for name in result.waived if "device_to_device" in name]
+
+
+def _pairs(result: NvbandwidthResult) -> list[tuple[int, int]]:
+    return [(a, b) for a in sorted(result.devices) for b in sorted(result.devices) if a != b]
+
+
+def _unmeasured(name: str, pairs: list[tuple[int, int]], error: str, file: str) -> list[P2PMeasurement]:
+    kind = "latency" if "latency" in name else "bidirectional" if "bidirectional" in name else "unidirectional"
+    unit = "us" if kind == "latency" else "GB/s"
+    source = f"nvbandwidth {name}: {file}"
+    return [P2PMeasurement(src, dst, kind, None, unit, error=error, source=source) for src, dst in pairs]
+
+
+def add_unmeasured(merger: Merger, result: NvbandwidthResult, file: str) -> None:
+    """Device-to-device testcases without a matrix: waived (no pair has P2P) or aborted by the data check."""
+    pairs = _pairs(result)
+    for name in _waived_device_to_device(result):
+        # nvbandwidth waives a device-to-device testcase when no GPU pair can access peer memory.
+        for src, dst in pairs:
+            for capability in [c for c in ("read", "write") if c in name] or ["read", "write"]:
+                merger.p2p_status(src, dst, capability, "waived: no P2P", file)
+        merger.p2p_measurements.extend(_unmeasured(name, pairs, f"nvbandwidth {name} waived: no P2P", file))
+        if pairs:
+            merger.note("p2p", file)
+            merger.note("p2p_bandwidth", file)
+    for name, line in result.aborted.items():
+        error = f"{WRONG_DATA}: nvbandwidth {name} aborted in its data check ({line.strip()})"
+        merger.p2p_measurements.extend(_unmeasured(name, pairs, error, file))
+        if pairs:
+            merger.note("p2p_bandwidth", file)
+
+
+def no_p2p_notes(result: NvbandwidthResult) -> list[str]:
+    unnamed = "" if result.devices else "; its 'Device N:' lines are missing, so no GPU pair can be named"
+    notes = [
+        f"nvbandwidth {name} waived: no GPU pair can access peer memory{unnamed}"
+        for name in _waived_device_to_device(result)
+    ]
+    notes += [
+        f"nvbandwidth {name} aborted in its data check ({line.strip()!r}): the copied data was wrong{unnamed}"
+        for name, line in result.aborted.items()
+    ]
+    return notes
+
+
+def host_notes(result: NvbandwidthResult) -> list[str]:
+    cases = _host_cases(result)
+    if not cases:
+        return []
+    gpus = sorted({col for case in cases for _, col in case.matrix})
+    return [
+        f"nvbandwidth host<->device testcases {', '.join(case.name for case in cases)} read for GPU(s) "
+        f"{', '.join(map(str, gpus))}: kept as parsed figures, not judged (no host-link check yet); never GPU pairs"
+    ]
 
 
 FORMAT = register(

@@ -50,9 +50,11 @@ _ANYWHERE_KEYS = {
 
 @dataclass(frozen=True)
 class SmiGpu:
-    bus_id: str  # from the "GPU 00000000:18:00.0" header
+    bus_id: str  # from the "GPU 00000000:18:00.0" header; "" for a Fabric block pasted without it
     ordinal: int  # position among the GPU blocks of the text
     values: dict[str, str]  # keys: values of _SECTION_KEYS and _ANYWHERE_KEYS, raw text as printed
+    index: int | None = None  # a bare Fabric block: the GPU index the text states ("-i 3", "GPU 3"), if any
+    line_no: int = 0  # a bare Fabric block: the line its "Fabric" title is on
 
     def get(self, key: str) -> str | None:
         value = self.values.get(key)
@@ -114,12 +116,43 @@ def parse(text: str) -> SmiQuery:
             continue
         current.setdefault(name, value)
     if not out.gpus:
+        out.gpus.extend(_bare_fabric_blocks(text))
+    if not out.gpus:
         raise ParseError("expected nvidia-smi -q output with 'GPU 00000000:xx:00.0' blocks; none found", 0)
-    if out.orphan_lines:
+    if out.orphan_lines and out.gpus[0].bus_id:
         out.notes.append(
             (out.orphan_lines[0], f"{len(out.orphan_lines)} line(s) before any 'GPU <bus id>' header; not read")
         )
     return SmiQuery(out.driver, out.cuda, out.attached, tuple(out.gpus), tuple(out.notes))
+
+
+_STATED_INDEX = re.compile(r"(?:nvidia-smi\b.*\s-i\s*|^\s*GPU\s+)(\d+)\b")
+
+
+def _bare_fabric_blocks(text: str) -> list[SmiGpu]:
+    """The Fabric sections of ``nvidia-smi -q`` pasted without the GPU header: one block per GPU."""
+    blocks: list[SmiGpu] = []
+    section: str | None = None
+    stated: int | None = None
+    current: dict[str, str] = {}
+    for line_no, raw in enumerate(split_lines(text), start=1):
+        line = raw.strip()
+        if match := _STATED_INDEX.search(line):
+            stated = int(match.group(1))
+            continue
+        if line.lower() == "fabric":
+            current, section = {}, "fabric"
+            blocks.append(SmiGpu("", len(blocks), current, stated, line_no))
+            stated = None
+            continue
+        match = _KEY_VALUE.fullmatch(line)
+        if match is None:
+            section = _SECTIONS.get(line.lower()) if blocks else None
+            continue
+        name = _SECTION_KEYS.get((section or "", match.group(1).strip().lower()))
+        if name is not None and blocks:
+            current.setdefault(name, match.group(2).strip())
+    return [block for block in blocks if "fabric_state" in block.values]
 
 
 def _read_top_level(key: str, value: str, raw: str, line_no: int, out: _Builder) -> bool:
@@ -143,6 +176,10 @@ _M = re.MULTILINE
 
 
 def _detect(text: str) -> str | None:
+    # A Fabric section on its own: the title, then its State and Status (or CliqueId/ClusterUUID) keys.
+    bare = r"^\s*Fabric\s*$\s*^\s*State\s*:[^\n]*$\s*^\s*(?:Status|CliqueId|ClusterUUID)\s*:"
+    if re.search(bare, text, _M):
+        return KIND
     if re.search(r"NVSMI LOG|^\s*Attached GPUs\s*:", text, _M) or re.search(
         r"^\s*GPU\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$", text, _M
     ):
@@ -157,6 +194,9 @@ def _merge(into: Into, result: SmiQuery) -> None:
         merger.node_fact("driver_version", result.driver_version, file, "driver version")
     if result.complete:
         merger.count(len(result.gpus), file)
+    if result.gpus and not result.gpus[0].bus_id:
+        _merge_bare_fabric(into, result)
+        return
     for gpu in result.gpus:
         index = gpu.ordinal if result.complete else _int_or_none(gpu.get("minor_number"))
         if index is None:
@@ -179,6 +219,49 @@ def _merge_gpu(into: Into, index: int, gpu: SmiGpu) -> None:
     fabric = _fabric(gpu)
     if fabric is not None:
         merger.gpu_fact(index, "fabric", fabric, file)
+
+
+def _merge_bare_fabric(into: Into, result: SmiQuery) -> None:
+    """Fabric blocks without the GPU header: placed where the text states the GPU, otherwise judged node-wide."""
+    merger, file = into.merger, into.part.name
+    merger.lower_bound(len(result.gpus), file)  # one block per GPU: at least that many GPUs
+    for gpu in result.gpus:
+        fabric = _fabric(gpu)
+        where = into.part.where(gpu.line_no)
+        if fabric is None:
+            continue
+        if gpu.index is not None:
+            into.note(f"{where}: nvidia-smi -q Fabric block without its GPU header, taken as GPU {gpu.index}")
+            merger.lower_bound(gpu.index + 1, file)
+            merger.gpu_fact(gpu.index, "fabric", fabric, file)
+            merger.note("platform", file)
+            continue
+        fault = fabric_fault(gpu)
+        into.note(f"{where}: nvidia-smi -q Fabric block of a GPU whose index is not stated: {fault or 'healthy'}")
+        if fault is not None:
+            # Some GPU of this node reports it; which one the text does not say, so no GPU's fabric passes.
+            merger.unknown_reason("fabric.unplaced_fault", f"{fault} (nvidia-smi -q Fabric block at {where})")
+            merger.note("platform", file)
+
+
+def fabric_fault(gpu: SmiGpu) -> str | None:
+    """What a Fabric block reports that is not healthy, in its own words; None when nothing is."""
+    state, status = gpu.get("fabric_state") or "", gpu.get("fabric_status")
+    faults = [] if state.lower() == "completed" else [f"State {state}"]
+    faults += [f"Status {status}"] if status is not None and status.lower() != "success" else []
+    health = {
+        "health_bandwidth": ("Bandwidth", ("full",)),
+        "health_route_recovery": ("Route Recovery in progress", ("false",)),
+        "health_route_unhealthy": ("Route Unhealthy", ("false",)),
+        "health_access_timeout": ("Access Timeout Recovery", ("false",)),
+        "health_incorrect_configuration": ("Incorrect Configuration", ("false", "none")),
+        "health_summary": ("Summary", ("healthy",)),
+    }
+    for key, (label, good) in health.items():
+        value = gpu.get(key)
+        if value is not None and value.lower() not in good:
+            faults.append(f"Health {label} {value}")
+    return ", ".join(faults) or None
 
 
 def _int_or_none(value: object) -> int | None:
