@@ -14,10 +14,19 @@ def gpu_count(ctx: Context) -> Verdict:
         return failed(ctx.auto_mismatch, props)
     if ctx.no_inventory():
         return unknown("the GPU inventory", "the evidence files list no GPUs", props)
+    duplicates = ctx.duplicates()
+    if duplicates:
+        return failed(
+            f"expected {expected} GPUs ({ctx.suite_where('suite.gpu_count')}), found {found} usable: "
+            f"{'; '.join(d.text() for d in duplicates)}; likely cause: one GPU's section pasted twice or a file "
+            "edited by hand (take the capture again), or on a live probe a driver fault (reboot and probe again)",
+            props,
+        )
     if ctx.node.probe_errors and found == 0:
         reason = "; ".join(ctx.node.probe_errors)
         return failed(f"expected {expected} GPUs, found 0: {reason}", props)
-    lost = [f"GPU {g.index}: {g.problem}" for g in ctx.node.gpus if g.problem]
+    problems = ctx.gpu_problems()
+    lost = [f"GPU {g.index}: {problems[g.index]}" for g in ctx.node.gpus if g.index in problems]
     if lost:
         return failed(
             f"expected {expected} usable GPUs ({ctx.suite_where('suite.gpu_count')}), found {found}: "
