@@ -56,13 +56,14 @@ def gpu_count(ctx: Context) -> Verdict:
             "not passed through to this VM",
             props,
         )
-    if found > expected:
-        return failed(
-            f"expected {expected} GPUs ({ctx.suite_where('suite.gpu_count')}), found {found}: this node is not the "
-            f"shape suite {ctx.suite.name} describes; pick the matching suite (--nvlink-suite=auto)",
-            props,
-        )
-    return passed(f"{found} GPUs found as expected", props)
+    if found == expected:
+        return passed(f"{found} GPUs found as expected", props)
+    # Only the exact count passes: more GPUs than the suite describes is another shape of node.
+    return failed(
+        f"expected {expected} GPUs ({ctx.suite_where('suite.gpu_count')}), found {found}: this node is not the "
+        f"shape suite {ctx.suite.name} describes; pick the matching suite (--nvlink-suite=auto)",
+        props,
+    )
 
 
 @per_gpu
