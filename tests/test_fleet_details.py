@@ -59,7 +59,7 @@ def test_a_fleet_mixing_suites_says_so_and_judges_outliers_within_each(tmp_path:
     def change(host: str, document: dict[str, object]) -> dict[str, object]:
         if host > "gpu010":  # three A100-like nodes, each a third slower: outliers only beside the H100s
             changed = copy.deepcopy(scaled(scaled(document, "unidirectional", 0.66), "bidirectional", 0.66))
-            changed["suite"] = {**changed["suite"], "name": "a100-8gpu"}  # type: ignore[dict-item]
+            changed["suite"] = {**changed["suite"], "name": "a100-8gpu"}
             return changed
         return document
 
