@@ -98,7 +98,7 @@ def build_run(options: RunOptions, live_probe: Callable[[], Node]) -> Run:
     if named is not None:
         _check_threshold_ref(named)
     # A replay or evidence names its host before anything is probed; a live probe reports this machine's name.
-    recorded = _load_recorded_node(options)
+    recorded = _load_recorded_node(options, several_hosts=named is not None and named.gpus_per_host is not None)
     values = placeholder_values(options.host or (recorded.host if recorded is not None else None))
     options = _expand_save_paths(options, values)
     node = recorded if recorded is not None else live_probe()
@@ -193,8 +193,11 @@ def _thresholds_file_problem(label: str, path: Path) -> str:
     return f"{label}: {path}: file not found (expected a site threshold .toml)"
 
 
-def _load_recorded_node(options: RunOptions) -> Node | None:
-    """The replayed snapshot or the parsed evidence; None when the node is this machine, probed live."""
+def _load_recorded_node(options: RunOptions, *, several_hosts: bool = False) -> Node | None:
+    """The replayed snapshot or the parsed evidence; None when the node is this machine, probed live.
+
+    ``several_hosts``: the suite named is a rack's, so each file of one host's output is a tray.
+    """
     if options.replay is not None:
         from pytest_nvlink.model.document import SnapshotError
         from pytest_nvlink.sources.snapshot.file import load_snapshot
@@ -207,7 +210,7 @@ def _load_recorded_node(options: RunOptions) -> Node | None:
         from pytest_nvlink.sources.evidence.load import EvidenceError, load_evidence
 
         try:
-            return load_evidence(options.evidence, options.evidence_exclude)
+            return load_evidence(options.evidence, options.evidence_exclude, trays=several_hosts)
         except EvidenceError as exc:
             raise ConfigError(f"{options.label('evidence')}: {exc}") from None
     return None
