@@ -200,7 +200,7 @@ def _measurements(rack: _Rack, trays: Sequence[Tray]) -> Measurements:
         for tray in trays
         for local in range(max(len(tray.node.gpus) if tray.node else 0, len(tray.ranks)))
     }
-    merger = Merger()
+    merger = Merger(one_host=False)
     for result, loaded in rack.nvbandwidth:
         nvbandwidth.add(merger, _renumbered(result, gpu_of, loaded), loaded.name)
     for run, loaded in rack.nccl_tests:
