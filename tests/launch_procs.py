@@ -129,7 +129,9 @@ def tray_node(host: str, gpus: int = 2, source: Path = HEALTHY) -> Node:
     node.host = host
     node.gpus = node.gpus[:gpus]
     for gpu in node.gpus:
-        gpu.uuid = "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{host}.gpu{gpu.index}"))
+        # Each tray its own GPUs: a UUID or serial number seen on two trays is one GPU counted twice.
+        own = uuid.uuid5(uuid.NAMESPACE_DNS, f"{host}.gpu{gpu.index}")
+        gpu.uuid, gpu.serial = f"GPU-{own}", str(own.int)[:13]
     node.paths = [p for p in node.paths or [] if p.b < gpus]
     node.p2p = [s for s in node.p2p or [] if s.src < gpus and s.dst < gpus]
     node.unknown_reasons = {

@@ -101,6 +101,12 @@ RENAMED_KEYS: dict[str, str] = {
 }
 
 
+# Source: NCCL src/graph/xml.cc fixes a GPU's NVLink maximum by generation (SM version):
+# `(sm<60)?0:(sm<70)?4:(sm<80)?6:(sm<90)?12:18` — P100 4, V100 6, A100 12, H100 and Blackwell 18
+# (NVIDIA NVLink page: "up to 18 NVLink ... connections" on Blackwell). A link id at or above it is impossible.
+LINKS_PER_GENERATION: dict[int, int] = {1: 4, 2: 6, 3: 12, 4: 18, 5: 18}
+
+
 @dataclass(frozen=True)
 class Threshold:
     """One resolved threshold value and the file that set it."""
@@ -151,6 +157,14 @@ class Thresholds:
 
     def collectives(self) -> list[str]:
         return [op for op in COLLECTIVE_OPS if f"collectives.{op}.busbw_min_gbps" in self.values]
+
+    def link_ids(self) -> tuple[int, Threshold] | None:
+        """How many NVLink ids a GPU of this SKU has (numbered from 0), from its NVLink generation, with the
+        threshold that says which generation; None when the set names none."""
+        version = self.get("nvlink.version")
+        if version is None or isinstance(version.value, bool) or version.value not in LINKS_PER_GENERATION:
+            return None
+        return LINKS_PER_GENERATION[version.value], version
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:

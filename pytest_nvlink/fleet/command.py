@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from pytest_nvlink.core.atomic import UnwritableTarget
 from pytest_nvlink.core.hostlist import HostlistError, expand
 from pytest_nvlink.fleet.load import FleetInputError
 from pytest_nvlink.fleet.merge import Fleet, merge_paths
@@ -106,11 +107,26 @@ _at_least_one = _whole_number(1)
 _at_least_three = _whole_number(3, "; a median of fewer nodes singles out none")
 
 
+# What a file of node names is called; no host name ends so (no such top-level domain), and none holds a "/".
+_FILE_SUFFIXES = frozenset({".txt", ".lst", ".list", ".csv", ".hosts", ".nodes", ".conf", ".cfg", ".json", ".yaml"})
+
+
 def expected_nodes(value: str) -> list[str]:
-    """A file of names (one hostlist or name per line) when ``value`` is a file, else a hostlist."""
+    """A file of names (one hostlist or name per line) when ``value`` is a file, else a hostlist.
+
+    A value that names a file (a path, or a name such as nodes.txt) but is none is a usage error: read as
+    a hostlist it would expect one node called "nodes.txt" and call every real node unexpected.
+    """
     path = Path(value)
     if not path.is_file():
-        return expand(value)
+        if path.exists():
+            raise FleetInputError(f"--expect-nodes: {value}: not a regular file (expected a file of node names)")
+        if "/" in value or path.suffix.lower() in _FILE_SUFFIXES:
+            raise FleetInputError(
+                f"--expect-nodes: {value}: file not found; give a file of node names (one per line) or a Slurm "
+                "hostlist such as gpu[001-064]"
+            )
+        return _unique_hosts(expand(value))
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
@@ -126,7 +142,12 @@ def expected_nodes(value: str) -> list[str]:
             raise FleetInputError(f"{path}:{number}: {exc}") from None
     if not hosts:
         raise FleetInputError(f"{path}: names no node")
-    return list(dict.fromkeys(hosts))
+    return _unique_hosts(hosts)
+
+
+def _unique_hosts(hosts: list[str]) -> list[str]:
+    """Each host once; host names compare without regard to case (DNS), so GPU001 and gpu001 are one."""
+    return list({host.lower(): host for host in reversed(hosts)}.values())[::-1]
 
 
 def settings_of(args: argparse.Namespace) -> OutlierSettings:
@@ -154,20 +175,33 @@ def run_fleet(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def write_outputs(fleet: Fleet, args: argparse.Namespace) -> None:
-    """Each requested file; imports only what the requested outputs need."""
-    if args.junit is not None:
-        from pytest_nvlink.fleet.outputs import write_junit
+    """Each requested file. One that cannot be written is named by its option and the path given, not by the
+    temporary file beside it."""
+    requested = (
+        ("--junit", args.junit),
+        ("--json", args.json),
+        ("--html", args.html),
+        ("--drain-script", args.drain_script),
+    )
+    for option, path in requested:
+        if path is None:
+            continue
+        try:
+            _writer(option)(fleet, path, args.fail_on_outliers)
+        except UnwritableTarget as exc:
+            raise FleetInputError(f"{option}: {exc}") from None
+        except OSError as exc:
+            raise FleetInputError(f"{option}: cannot write {path}: {exc.strerror or exc}") from None
 
-        write_junit(fleet, args.junit, args.fail_on_outliers)
-    if args.json is not None:
-        from pytest_nvlink.fleet.outputs import write_json
 
-        write_json(fleet, args.json, args.fail_on_outliers)
-    if args.html is not None:
+def _writer(option: str) -> Callable[[Fleet, Path, bool], None]:
+    """The writer of one output; imports only what the requested outputs need."""
+    if option == "--html":
         from pytest_nvlink.fleet.html import write_html
 
-        write_html(fleet, args.html, args.fail_on_outliers)
-    if args.drain_script is not None:
-        from pytest_nvlink.fleet.outputs import write_drain_script
+        return write_html
+    from pytest_nvlink.fleet.outputs import write_drain_script, write_json, write_junit
 
-        write_drain_script(fleet, args.drain_script)
+    if option == "--drain-script":
+        return lambda fleet, path, _fail_on_outliers: write_drain_script(fleet, path)
+    return write_junit if option == "--junit" else write_json

@@ -265,9 +265,9 @@ def read_fleet(
     kept: list[T] = []
     first_file: dict[str, Path] = {}
     for host, path, value in read:
-        earlier = first_file.get(host)
+        earlier = first_file.get(host.lower())  # GPU001 and gpu001 are one host, as DNS has it
         if earlier is None:
-            first_file[host] = path
+            first_file[host.lower()] = path
             kept.append(value)
         else:
             _refuse_conflict(reader or ResultsReader(), host, earlier, path)

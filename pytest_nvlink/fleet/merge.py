@@ -41,6 +41,7 @@ class NodeSummary:
     verdict: NodeVerdict
     checks: dict[str, str]  # check -> "pass" | "failed" | "incomplete", the worst of its items
     figures: list[NodeFigure]
+    suite: str = ""  # the suite the node was judged against
 
     @property
     def host(self) -> str:
@@ -75,6 +76,19 @@ class Fleet:
     expected: int | None = None  # how many nodes --expect-nodes named
     problems: list[str] = field(default_factory=list)  # fleet-level failures (an empty input)
     unexpected: list[str] = field(default_factory=list)  # hosts with results that --expect-nodes does not name
+    # The suites the nodes were judged against, each with its hosts; more than one: a mixed fleet, whose
+    # outliers are judged among the nodes of one suite only.
+    suites: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def mixed_suites(self) -> str | None:
+        """One sentence when the nodes were judged against more than one suite; None otherwise."""
+        if len(self.suites) < 2:
+            return None
+        shown = "; ".join(f"{suite} ({len(hosts)} node(s))" for suite, hosts in self.suites.items())
+        return (
+            f"the results mix suites: {shown}; each node is judged against its own suite, and outliers only "
+            "among nodes of one suite"
+        )
 
     def count(self, status: str) -> int:
         return sum(1 for node in self.nodes if node.status == status)
@@ -96,19 +110,32 @@ class Fleet:
 def merge(files: Sequence[NodeSummary], expected: Iterable[str] | None, settings: OutlierSettings) -> Fleet:
     verdicts = [node.verdict for node in files]
     expected_hosts = list(expected) if expected is not None else None
-    present = {node.host for node in files}
-    unexpected = [] if expected_hosts is None else sorted(present - set(expected_hosts))
+    # Host names compare without regard to case, as DNS does: GPU001 in the list is gpu001's results.
+    present = {node.host.lower() for node in files}
+    named = {host.lower() for host in expected_hosts or []}
+    unexpected = [] if expected_hosts is None else sorted(n.host for n in files if n.host.lower() not in named)
     if expected_hosts is not None:
         verdicts += [
             NodeVerdict(host, MISSING, "missing: no results file for this expected node", None, None)
             for host in expected_hosts
-            if host not in present
+            if host.lower() not in present
         ]
     verdicts.sort(key=lambda v: (STATUS_ORDER.index(v.status), v.host))
-    families, outliers = find_outliers(files, settings)
+    suites = suites_of(files)
+    families, outliers = find_outliers(files, settings, by_suite=len(suites) > 1)
     problems = [] if files else ["no results file was found: an empty fleet proves nothing"]
     expected_count = None if expected_hosts is None else len(expected_hosts)
-    return Fleet(verdicts, tally_checks(files), families, outliers, settings, expected_count, problems, unexpected)
+    fleet = Fleet(verdicts, tally_checks(files), families, outliers, settings, expected_count, problems, unexpected)
+    fleet.suites = suites
+    return fleet
+
+
+def suites_of(files: Sequence[NodeSummary]) -> dict[str, tuple[str, ...]]:
+    """Each suite the nodes were judged against, with its hosts."""
+    suites: dict[str, list[str]] = {}
+    for node in files:
+        suites.setdefault(node.suite, []).append(node.host)
+    return {suite: tuple(sorted(hosts)) for suite, hosts in sorted(suites.items())}
 
 
 @dataclass
@@ -143,7 +170,7 @@ def scan_items(items: list[dict[str, Any]]) -> ItemScan:
 def summarize(node: NodeFile) -> NodeSummary:
     scan = scan_items(node.document["items"])
     figures = node_figures(node.document["node"]["measurements"])
-    return NodeSummary(node_verdict(node, scan), scan.states, figures)
+    return NodeSummary(node_verdict(node, scan), scan.states, figures, str(node.document["suite"]["name"]))
 
 
 def node_verdict(node: NodeFile, scan: ItemScan) -> NodeVerdict:

@@ -25,10 +25,13 @@ from typing import Any, Protocol
 
 
 class NodeSummary(Protocol):
-    """What outlier detection reads of a node: its host and figures (the merge's summary has both)."""
+    """What outlier detection reads of a node: its host, suite and figures (the merge's summary has them)."""
 
     @property
     def host(self) -> str: ...
+
+    @property
+    def suite(self) -> str: ...
 
     @property
     def figures(self) -> list[NodeFigure]: ...
@@ -92,8 +95,12 @@ class Outlier:
         )
 
 
-def find_outliers(files: Sequence[NodeSummary], settings: OutlierSettings) -> tuple[list[Family], list[Outlier]]:
-    families = collect_families(files)
+def find_outliers(
+    files: Sequence[NodeSummary], settings: OutlierSettings, *, by_suite: bool = False
+) -> tuple[list[Family], list[Outlier]]:
+    """Outliers per family; ``by_suite`` (a fleet mixing suites) keeps one family per suite, as an A100 is no
+    outlier among H100s."""
+    families = collect_families(files, by_suite=by_suite)
     outliers: list[Outlier] = []
     for family in families:
         outliers.extend(judge_family(family, settings))
@@ -101,10 +108,11 @@ def find_outliers(files: Sequence[NodeSummary], settings: OutlierSettings) -> tu
     return families, outliers
 
 
-def collect_families(files: Sequence[NodeSummary]) -> list[Family]:
+def collect_families(files: Sequence[NodeSummary], *, by_suite: bool = False) -> list[Family]:
     families: dict[str, Family] = {}
     for node in files:
-        for name, unit, higher_is_better, figure in node.figures:
+        for figure_family, unit, higher_is_better, figure in node.figures:
+            name = f"{node.suite}: {figure_family}" if by_suite else figure_family
             family = families.setdefault(name, Family(name, unit, higher_is_better))
             family.figures[node.host] = figure
     return sorted(families.values(), key=lambda f: f.name)

@@ -32,6 +32,7 @@ def fleet_document(fleet: Fleet, fail_on_outliers: bool) -> dict[str, Any]:
         "problems": list(fleet.problems),
         "expected_nodes": fleet.expected,
         "unexpected_nodes": list(fleet.unexpected),
+        "suites": {suite: list(hosts) for suite, hosts in fleet.suites.items()},
         "counts": {status: fleet.count(status) for status in ("pass", "fail", "incomplete", "missing")},
         "settings": {
             "z_threshold": settings.z_threshold,

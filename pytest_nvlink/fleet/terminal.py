@@ -17,6 +17,7 @@ def render_terminal(fleet: Fleet, fail_on_outliers: bool) -> str:
         _outliers_table(fleet),
         _family_notes(fleet),
         _unexpected(fleet),
+        fleet.mixed_suites() or "",
     ]
     parts.append(summary_line(fleet, fail_on_outliers))
     return "\n\n".join(part for part in parts if part) + "\n"

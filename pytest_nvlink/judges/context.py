@@ -14,6 +14,7 @@ from typing import TypeVar
 from pytest_nvlink.config.suites import Suite
 from pytest_nvlink.config.thresholds import Thresholds
 from pytest_nvlink.model import Gpu, Node, P2PStatus
+from pytest_nvlink.model.identity import DuplicateIdentity, duplicate_identities, gpu_problems
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, not_applicable, unknown, waived
 
 T = TypeVar("T")
@@ -76,7 +77,18 @@ class Context:
 
     def ready_gpus(self) -> dict[int, bool]:
         """Per GPU index, whether it can be judged: listed (as Node.gpu finds it) and without a problem."""
-        return self.remembered(("ready_gpus", 0, 0), _ready_gpus, self.node)
+        return self.remembered(("ready_gpus", 0, 0), _ready_gpus, self.node, self.gpu_problems())
+
+    def gpu_problems(self) -> dict[int, str]:
+        """Per GPU index, why it cannot be judged on its own facts (lost, named by a probe error, or listed
+        twice: model/identity.py); the one answer every judge reads."""
+        return self.remembered(("gpu_problems", 0, 0), gpu_problems, self.node)
+
+    def problem_of(self, gpu: Gpu) -> str | None:
+        return self.gpu_problems().get(gpu.index)
+
+    def duplicates(self) -> list[DuplicateIdentity]:
+        return self.remembered(("duplicates", 0, 0), duplicate_identities, self.node.gpus)
 
     def p2p_statuses(self) -> dict[tuple[int, int], P2PStatus]:
         """Every ordered pair's P2P status as Node.p2p_status finds it (a pair's first entry), worked out once."""
@@ -145,7 +157,8 @@ class Context:
         )
 
     def usable_gpus(self) -> int:
-        return sum(1 for gpu in self.node.gpus if gpu.problem is None)
+        problems = self.gpu_problems()
+        return sum(1 for gpu in self.node.gpus if gpu.index not in problems)
 
     def no_inventory(self) -> bool:
         """Files that name no GPUs at all (an NCCL log alone) cannot say a GPU is missing.
@@ -179,9 +192,18 @@ class Context:
                 f"GPU {index} is expected by suite {self.suite.name} but {self.empty_trays_text()}",
                 measured_properties(found, str(self.suite.gpu_count), "GPUs", suite=self.suite_at("suite.gpu_count")),
             )
-        if gpu is not None and gpu.problem:
+        duplicate = next((d for d in self.duplicates() if d.gpu == index), None)
+        problem = None if gpu is None else self.problem_of(gpu)
+        if duplicate is not None and problem == duplicate.text():
             return failed(
-                f"GPU {index} (bus {gpu.pci_bus_id or 'unknown'}) is unusable: {gpu.problem}; likely cause: the GPU "
+                f"GPU {index} is not judged on another GPU's facts: {problem}; see test_gpu_count",
+                measured_properties(
+                    "duplicate", "a GPU of its own", "GPU identity", suite=self.suite_at("suite.gpu_count")
+                ),
+            )
+        if gpu is not None and problem:
+            return failed(
+                f"GPU {index} (bus {gpu.pci_bus_id or 'unknown'}) is unusable: {problem}; likely cause: the GPU "
                 "fell off the bus (dmesg Xid 79) or a driver fault — reset it or reboot, then check cooling/power",
                 measured_properties("lost", "usable", "GPU state", suite=self.suite_at("suite.gpu_count")),
             )
@@ -224,18 +246,18 @@ def per_gpu(judge: Callable[[Context, Gpu], Verdict]) -> Callable[[Context, int]
     @functools.wraps(judge)
     def by_index(ctx: Context, index: int) -> Verdict:
         gpu = ctx.node.gpu(index)
-        if gpu is None or gpu.problem:
+        if gpu is None or ctx.problem_of(gpu):
             return ctx.missing_gpu(index)
         return judge(ctx, gpu)
 
     return by_index
 
 
-def _ready_gpus(node: Node) -> dict[int, bool]:
+def _ready_gpus(node: Node, problems: dict[int, str]) -> dict[int, bool]:
     ready: dict[int, bool] = {}
     for index in {gpu.index for gpu in node.gpus}:
         gpu = node.gpu(index)  # the entry first_unusable reads, were an index listed twice
-        ready[index] = gpu is not None and not gpu.problem
+        ready[index] = gpu is not None and index not in problems
     return ready
 
 

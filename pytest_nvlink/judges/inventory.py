@@ -14,10 +14,19 @@ def gpu_count(ctx: Context) -> Verdict:
         return failed(ctx.auto_mismatch, props)
     if ctx.no_inventory():
         return unknown("the GPU inventory", "the evidence files list no GPUs", props)
+    duplicates = ctx.duplicates()
+    if duplicates:
+        return failed(
+            f"expected {expected} GPUs ({ctx.suite_where('suite.gpu_count')}), found {found} usable: "
+            f"{'; '.join(d.text() for d in duplicates)}; likely cause: one GPU's section pasted twice or a file "
+            "edited by hand (take the capture again), or on a live probe a driver fault (reboot and probe again)",
+            props,
+        )
     if ctx.node.probe_errors and found == 0:
         reason = "; ".join(ctx.node.probe_errors)
         return failed(f"expected {expected} GPUs, found 0: {reason}", props)
-    lost = [f"GPU {g.index}: {g.problem}" for g in ctx.node.gpus if g.problem]
+    problems = ctx.gpu_problems()
+    lost = [f"GPU {g.index}: {problems[g.index]}" for g in ctx.node.gpus if g.index in problems]
     if lost:
         return failed(
             f"expected {expected} usable GPUs ({ctx.suite_where('suite.gpu_count')}), found {found}: "
@@ -47,13 +56,14 @@ def gpu_count(ctx: Context) -> Verdict:
             "not passed through to this VM",
             props,
         )
-    if found > expected:
-        return failed(
-            f"expected {expected} GPUs ({ctx.suite_where('suite.gpu_count')}), found {found}: this node is not the "
-            f"shape suite {ctx.suite.name} describes; pick the matching suite (--nvlink-suite=auto)",
-            props,
-        )
-    return passed(f"{found} GPUs found as expected", props)
+    if found == expected:
+        return passed(f"{found} GPUs found as expected", props)
+    # Only the exact count passes: more GPUs than the suite describes is another shape of node.
+    return failed(
+        f"expected {expected} GPUs ({ctx.suite_where('suite.gpu_count')}), found {found}: this node is not the "
+        f"shape suite {ctx.suite.name} describes; pick the matching suite (--nvlink-suite=auto)",
+        props,
+    )
 
 
 @per_gpu

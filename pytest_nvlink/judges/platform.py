@@ -64,7 +64,8 @@ def fabric(ctx: Context, gpu: Gpu) -> Verdict:
             "Manager log",
             props,
         )
-    if info.health_summary == "unhealthy":
+    # nvidia-smi prints "Unhealthy", the evidence reader lower-cases it; a snapshot holds what its writer wrote.
+    if (info.health_summary or "").strip().lower() == "unhealthy":
         return failed(
             f"GPU {index}: fabric health summary is Unhealthy although registration completed ({threshold.where()}); "
             "likely cause: NVSwitch routes or links unhealthy — check the Health block of nvidia-smi -q and the "

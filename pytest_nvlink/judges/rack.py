@@ -127,7 +127,7 @@ def tray(ctx: Context, tray: int) -> Verdict:
             "listed twice in the job",
             props,
         )
-    lost = [f"GPU {gpu.index}: {gpu.problem}" for gpu in gpus if gpu.problem]
+    lost = [f"GPU {gpu.index}: {ctx.problem_of(gpu)}" for gpu in gpus if ctx.problem_of(gpu)]
     if lost:
         return failed(
             f"tray {tray} (host {host}) has unusable GPUs: {'; '.join(lost)}; expected {per_host} usable GPUs "
@@ -155,7 +155,7 @@ def _membership(gpu: Gpu) -> Membership | None:
 
 def _tray_membership(ctx: Context, tray: int) -> Membership | None:
     """The one membership all of the tray's usable GPUs report; None when unknown or split."""
-    seen = {_membership(gpu) for gpu in tray_gpus(ctx, tray) if gpu.problem is None}
+    seen = {_membership(gpu) for gpu in tray_gpus(ctx, tray) if ctx.problem_of(gpu) is None}
     return next(iter(seen)) if len(seen) == 1 else None
 
 
@@ -170,7 +170,7 @@ def rack_clique(ctx: Context, tray: int) -> Verdict:
         return ctx.missing_threshold(CLIQUE_KEY)  # a waiver makes it not apply, anything else fails
     if threshold.value is False:
         return not_applicable(f"{threshold.where()} = false")
-    gpus = [gpu for gpu in tray_gpus(ctx, tray) if gpu.problem is None]
+    gpus = [gpu for gpu in tray_gpus(ctx, tray) if ctx.problem_of(gpu) is None]
     if not tray_gpus(ctx, tray):
         return _missing_tray(ctx, tray)
     host = gpus[0].host if gpus else None

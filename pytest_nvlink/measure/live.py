@@ -16,6 +16,7 @@ from pytest_nvlink.measure.p2p import EngineFactory
 from pytest_nvlink.measure.p2p_counters import CounterReaderFactory
 from pytest_nvlink.measure.runner import MeasurementSession, NvmlCounterFactory, sizes_from_thresholds
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, Node, P2PMeasurement
+from pytest_nvlink.model.identity import gpu_problems
 
 Progress = Callable[[str], None]
 P2P_KINDS: tuple[str, ...] = ("unidirectional", "bidirectional", "latency")
@@ -23,7 +24,9 @@ UNITS = {"unidirectional": "GB/s", "bidirectional": "GB/s", "latency": "us"}
 
 
 def _usable(node: Node, suite: Suite) -> list[int]:
-    return [gpu.index for gpu in node.gpus if gpu.problem is None and gpu.index < suite.gpu_count]
+    # A GPU the judges will not judge (lost, named by a probe error, counted twice) is not measured either.
+    problems = gpu_problems(node)
+    return [gpu.index for gpu in node.gpus if gpu.index not in problems and gpu.index < suite.gpu_count]
 
 
 def measure_p2p(

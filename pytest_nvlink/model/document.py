@@ -33,6 +33,7 @@ from pytest_nvlink.model.records import SnapshotError as SnapshotError  # noqa: 
 SCHEMA_VERSION = 3
 READABLE_SCHEMAS: tuple[int, ...] = (1, 2, 3)
 SNAPSHOT_KIND = "pytest-nvlink-snapshot"
+_RESULTS_KIND = "pytest-nvlink-results"  # report/json_results.py's RESULTS_KIND, which this layer cannot import
 
 
 # The lists a node holds thousands of records in (at 72 GPUs: 15,336 figures, 5,112 P2P statuses and
@@ -121,6 +122,12 @@ def save_snapshot(node: Node, path: Path) -> None:
 
 
 def node_from_document(document: object, origin: str) -> Node:
+    if isinstance(document, dict) and document.get("kind") == _RESULTS_KIND:
+        raise SnapshotError(
+            f"{origin}: a results JSON (--nvlink-json), not a snapshot: it keeps the verdicts, not every fact and "
+            "figure a replay or a baseline compares; give the run's --nvlink-save snapshot or its --nvlink-save-dir "
+            "folder"
+        )
     if not isinstance(document, dict) or document.get("kind") != SNAPSHOT_KIND:
         raise SnapshotError(f"{origin}: not a pytest-nvlink snapshot (missing kind={SNAPSHOT_KIND!r})")
     version = document.get("schema_version")

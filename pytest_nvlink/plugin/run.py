@@ -13,7 +13,7 @@ from pathlib import Path
 from pytest_nvlink.config.required_keys import check_required_keys
 from pytest_nvlink.config.shipped import data_dir, shipped_names
 from pytest_nvlink.config.suites import Suite, load_suite, pick_suite_for
-from pytest_nvlink.config.thresholds import load_thresholds
+from pytest_nvlink.config.thresholds import Thresholds, load_thresholds
 from pytest_nvlink.config.values import ConfigError
 from pytest_nvlink.core.placeholders import PlaceholderError, expand, placeholder_values
 from pytest_nvlink.core.placeholders import check as check_placeholders
@@ -98,7 +98,7 @@ def build_run(options: RunOptions, live_probe: Callable[[], Node]) -> Run:
     if named is not None:
         _check_threshold_ref(named)
     # A replay or evidence names its host before anything is probed; a live probe reports this machine's name.
-    recorded = _load_recorded_node(options)
+    recorded = _load_recorded_node(options, several_hosts=named is not None and named.gpus_per_host is not None)
     values = placeholder_values(options.host or (recorded.host if recorded is not None else None))
     options = _expand_save_paths(options, values)
     node = recorded if recorded is not None else live_probe()
@@ -116,6 +116,8 @@ def build_run(options: RunOptions, live_probe: Callable[[], Node]) -> Run:
         suite.measure.pair_mode = options.pair_mode
     thresholds = load_thresholds(_threshold_ref(suite), options.thresholds_file)
     check_required_keys(suite, thresholds)
+    if mismatch is None:
+        _check_link_ids(options, node, suite, thresholds)
     run = Run(options, node, suite, thresholds, note, mismatch, placeholders=values)
     if options.baseline is not None:
         from pytest_nvlink.plugin.baseline import attach_baseline
@@ -191,8 +193,11 @@ def _thresholds_file_problem(label: str, path: Path) -> str:
     return f"{label}: {path}: file not found (expected a site threshold .toml)"
 
 
-def _load_recorded_node(options: RunOptions) -> Node | None:
-    """The replayed snapshot or the parsed evidence; None when the node is this machine, probed live."""
+def _load_recorded_node(options: RunOptions, *, several_hosts: bool = False) -> Node | None:
+    """The replayed snapshot or the parsed evidence; None when the node is this machine, probed live.
+
+    ``several_hosts``: the suite named is a rack's, so each file of one host's output is a tray.
+    """
     if options.replay is not None:
         from pytest_nvlink.model.document import SnapshotError
         from pytest_nvlink.sources.snapshot.file import load_snapshot
@@ -205,10 +210,41 @@ def _load_recorded_node(options: RunOptions) -> Node | None:
         from pytest_nvlink.sources.evidence.load import EvidenceError, load_evidence
 
         try:
-            return load_evidence(options.evidence, options.evidence_exclude)
+            return load_evidence(options.evidence, options.evidence_exclude, trays=several_hosts)
         except EvidenceError as exc:
             raise ConfigError(f"{options.label('evidence')}: {exc}") from None
     return None
+
+
+def _check_link_ids(options: RunOptions, node: Node, suite: Suite, thresholds: Thresholds) -> None:
+    """An NVLink id the SKU does not have (link 18 on an H100, numbered 0-17) is impossible, not an extra link:
+    a file that states one is wrong (a usage error naming file and key); a probe that reads one names the GPU
+    in a probe error, which fails that GPU. A GPU of a model the suite does not accept is another SKU, which
+    test_gpu_model reports."""
+    limit = thresholds.link_ids()
+    if limit is None:
+        return
+    count, version = limit
+    for i, gpu in enumerate(node.gpus):
+        if gpu.name is None or not suite.model_matches(gpu.name):
+            continue
+        j, link = next(((j, link) for j, link in enumerate(gpu.nvlinks or []) if not 0 <= link.link < count), (0, None))
+        if link is None:
+            continue
+        why = (
+            f"NVLink {link.link} is outside the links 0-{count - 1} an NVLink {version.value} GPU has "
+            f"({version.where()}), so it is impossible, not an extra link"
+        )
+        if options.replay is not None:
+            path = _snapshot_path(options.replay, options.label("replay"))
+            raise ConfigError(
+                f"{options.label('replay')}: {path}:node.gpus[{i}].nvlinks[{j}].link: {why}; the file was edited "
+                "or written for another SKU"
+            )
+        if options.evidence:
+            files = node.provenance.get("nvlinks", "the evidence files")
+            raise ConfigError(f"{options.label('evidence')}: {files}: GPU {gpu.index} Link {link.link}: {why}")
+        node.probe_errors.append(f"GPU {gpu.index}: NVML reports {why}")
 
 
 def _snapshot_path(replay: Path, label: str) -> Path:

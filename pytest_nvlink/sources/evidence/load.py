@@ -26,8 +26,11 @@ from pytest_nvlink.sources.evidence.read import Loaded, Pending, read_files
 __all__ = ["FAMILIES", "EvidenceConflict", "EvidenceError", "load_evidence"]
 
 
-def load_evidence(paths: list[Path], exclude: Sequence[str] = ()) -> Node:
+def load_evidence(paths: list[Path], exclude: Sequence[str] = (), *, trays: bool = False) -> Node:
     """Parse every file (directories recursively) into one evidence Node.
+
+    ``trays`` (the suite is a rack's): the files are a rack's even when none names several hosts, as a
+    folder of per-tray outputs each named after its tray's host does not.
 
     A file in a folder that cannot be used (binary, undecodable, of no known kind) stops the run
     with every such file listed, unless ``exclude`` (globs on the name or the path under the folder)
@@ -37,7 +40,7 @@ def load_evidence(paths: list[Path], exclude: Sequence[str] = ()) -> Node:
     files = read_files(paths, exclude, pending)
     if not files:
         raise EvidenceError(f"no evidence files found in {', '.join(str(p) for p in paths) or 'an empty list'}")
-    if is_rack_evidence([loaded.text for loaded in files]):
+    if trays or is_rack_evidence([loaded.text for loaded in files]):
         # Cut at the "host: NAME" lines before any output is told apart: each part then belongs to a tray.
         return load_rack([piece for loaded in files for piece in host_sections(loaded)], pending)
     return _load_node(files, pending)

@@ -62,7 +62,10 @@ class _GpuFacts:
 class Merger:
     """Collects facts from parsed files; ``build`` turns them into a Node."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, one_host: bool = True) -> None:
+        # One server's files (or one tray's): every file that names a host must name the same one. A rack's
+        # runs over all its trays name many.
+        self.one_host = one_host
         self.counts: list[tuple[int, str]] = []  # exact GPU counts: (count, file)
         self.lower_bounds: list[tuple[int, str]] = []  # "at least n GPUs": (n, file)
         self.gpus: dict[int, _GpuFacts] = {}
@@ -108,9 +111,10 @@ class Merger:
         self.note("inventory", file)
 
     def host(self, host: str, file: str) -> None:
-        # Facts of two servers merged into one node would judge a machine that does not exist.
+        # Facts of two servers merged into one node would judge a machine that does not exist, whichever kinds
+        # of file name them. Host names compare without regard to case, as DNS does.
         for known, known_file in self.hosts.items():
-            if known != host:
+            if known.lower() != host.lower():
                 raise EvidenceConflict(
                     f"host: {known_file} comes from host {known!r} but {file} from host {host!r}; "
                     "evidence must come from the one server being judged"
@@ -209,6 +213,11 @@ class Merger:
         self.note("collectives", file)
 
     def add_nccl_audit(self, audit: NcclAudit, files: list[str]) -> None:
+        hosts = {rank.host for rank in audit.ranks if rank.host}
+        # A log of one host names the server; ranks in several containers of one server (Kubernetes pods) each
+        # have their own host name, so a log naming several proves no other server.
+        if self.one_host and len(hosts) == 1:
+            self.host(hosts.pop(), ", ".join(files))
         self.nccl = audit
         for file in files:
             self.note("nccl_transport", file)

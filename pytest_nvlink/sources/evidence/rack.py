@@ -32,6 +32,7 @@ from pytest_nvlink.sources.evidence.read import Loaded, Pending
 __all__ = ["load_rack"]
 
 _LINE_SUFFIX = re.compile(r" \(line \d+\)$")  # the part of a file: provenance names the file
+_HOST_NAME = re.compile(r"[A-Za-z0-9][\w.-]*")  # as a "host: NAME" line names one
 
 
 @dataclass
@@ -136,6 +137,10 @@ def _tray_of(loaded: Loaded, rack: _Rack) -> str:
     known = [*rack.ranks, *rack.trays]
     if stem in known:
         return stem
+    if not rack.ranks_from and _HOST_NAME.fullmatch(stem):
+        # No run over the rack names its hosts: the trays are the per-tray files themselves, each named
+        # after its host. Where such a run is given, a name it does not know would be a tray it never ran on.
+        return stem
     raise EvidenceError(
         f"{loaded.name}: cannot tell which tray of the rack this output comes from; put a 'host: NAME' line "
         f"before it or name the file after the tray's host ({', '.join(_natural(known)[:3]) or 'e.g. tray01'}.txt)"
@@ -195,7 +200,7 @@ def _measurements(rack: _Rack, trays: Sequence[Tray]) -> Measurements:
         for tray in trays
         for local in range(max(len(tray.node.gpus) if tray.node else 0, len(tray.ranks)))
     }
-    merger = Merger()
+    merger = Merger(one_host=False)
     for result, loaded in rack.nvbandwidth:
         nvbandwidth.add(merger, _renumbered(result, gpu_of, loaded), loaded.name)
     for run, loaded in rack.nccl_tests:

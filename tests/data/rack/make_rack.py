@@ -35,7 +35,10 @@ BUS_IDS = ("00000008:01:00.0", "00000009:01:00.0", "00000018:01:00.0", "00000019
 NAME = "NVIDIA GB200"
 DRIVER = "570.124.06"
 LINKS = 18
-LINK_GBPS = 50.0  # NVLink5: 18 links x 50 GB/s = 900 GB/s per direction per GPU
+# NVLink5: 18 links x 50 GB/s = 900 GB/s per direction per GPU, which `nvidia-smi nvlink -s` prints as 53.125 GB/s
+# per link on GB200 (NVIDIA/k8s-test-infra#371; NVIDIA Health Validation expected_speed_mbytes_per_sec 53125;
+# GoogleCloudPlatform/cluster-toolkit PR #5942 checks 53.125 on A4X GB200), as thresholds/b200-sxm.toml cites.
+LINK_GBPS = 53.125
 CHANNELS = 16
 VARIANTS = ("healthy", "wrong-clique", "net-ib")
 HEADER = (
