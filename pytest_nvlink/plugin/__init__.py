@@ -290,7 +290,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # Nothing was probed, or no suite fits: the gate check says why in one line, not one failure per GPU and pair.
     dropped = [item for item in items if _uses_node(item) and not _is_gate(item)]
     if dropped:
-        config.hook.pytest_deselected(items=dropped)
+        from pytest_nvlink.plugin.scope import deselect_own
+
+        deselect_own(config, dropped)
         items[:] = [item for item in items if item not in dropped]
 
 
