@@ -44,6 +44,7 @@ def read_options(
     evidence_exclude: list[str] | None = None,
     *,
     quick: bool = False,
+    baseline_any: str | None = None,
 ) -> RunOptions | None:
     """RunOptions from the settings given (``setting("pair-mode")``); None when no suite is asked for.
 
@@ -86,7 +87,8 @@ def read_options(
         save_dir=path("save-dir"),
         host=text("host"),
         quick=quick,
-        labels=labels,
+        baseline_any=baseline_any is not None,
+        labels=labels | ({"baseline-any": baseline_any} if baseline_any else {}),
     )
 
 
