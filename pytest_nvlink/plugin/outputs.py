@@ -60,6 +60,7 @@ def start_outputs(config: pytest.Config, run: Run, setting: Callable[[str], Give
             config.option.xmlpath = expand(str(xmlpath), run.placeholders, JUNITXML)
         except PlaceholderError as exc:
             raise ConfigError(str(exc)) from None
+    _check_targets(config, run, setting)
     _start_tally(config)
     from pytest_nvlink.plugin.scope import TRACKER_KEY, ScopeTracker
 
@@ -74,6 +75,29 @@ def start_outputs(config: pytest.Config, run: Run, setting: Callable[[str], Give
 
         config.pluginmanager.register(PytestHtmlColumns(), "nvlink-pytest-html")
         config.pluginmanager.register(_HtmlExtras(run), "nvlink-pytest-html-extras")
+
+
+def _check_targets(config: pytest.Config, run: Run, setting: Callable[[str], Given | None]) -> None:
+    """One path, one output; and pytest's own --junitxml writable, before anything runs (pytest finds out after)."""
+    from pytest_nvlink.core.atomic import same_target, unwritable_problem
+
+    named = [(_label(setting, name), path) for name, path in config.stash[OUTPUTS_KEY]]
+    if run.options.save is not None:
+        named.append((run.options.label("save"), run.options.save))
+    xmlpath = getattr(config.option, "xmlpath", None)
+    if xmlpath:
+        named.append((JUNITXML, Path(xmlpath)))
+        problem = unwritable_problem(Path(xmlpath))
+        if problem is not None:
+            raise ConfigError(f"{JUNITXML}: {problem}")
+    problem = same_target(named)
+    if problem is not None:
+        raise ConfigError(problem)
+
+
+def _label(setting: Callable[[str], Given | None], name: str) -> str:
+    given = setting(name)
+    return given.label if given is not None else f"--nvlink-{name}"
 
 
 class _AuditRecorder:

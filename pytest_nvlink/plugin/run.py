@@ -171,6 +171,12 @@ def _expand_save_paths(options: RunOptions, values: dict[str, str]) -> RunOption
     options = replace(options, save=expanded("save", options.save), save_dir=expanded("save-dir", options.save_dir))
     if options.save_dir is not None and options.save_dir.exists() and not options.save_dir.is_dir():
         raise ConfigError(f"{options.label('save-dir')}: {options.save_dir} is not a folder")
+    if options.save_dir is not None:
+        from pytest_nvlink.core.atomic import folder_problem
+
+        problem = folder_problem(options.save_dir)
+        if problem is not None:
+            raise ConfigError(f"{options.label('save-dir')}: {problem}; the run would be saved nowhere")
     if options.save is not None:
         from pytest_nvlink.model.document import SnapshotError, check_writable
 
