@@ -97,7 +97,7 @@ def same_target(outputs: list[tuple[str, Path]]) -> str | None:
 def _kind_of(path: Path) -> str | None:
     try:
         found = path.stat().st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # "file/out.json": nothing there yet, nor can there be
         return None
     for test, name in (
         (stat.S_ISREG, "regular file"),
