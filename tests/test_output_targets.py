@@ -80,7 +80,8 @@ def test_an_unwritable_junitxml_is_a_usage_error_not_a_traceback_after_the_run(p
     (pytester.path / "to-folder.xml").symlink_to(pytester.path / "folder")
     _usage_error(pytester.runpytest(*HEALTHY, "--junitxml=to-folder.xml"), "--junitxml*to-folder.xml*")
     (pytester.path / "file").write_text("x")
-    _usage_error(pytester.runpytest(*HEALTHY, "--junitxml=file/j.xml"), "--junitxml: cannot create *: * is not a folder")
+    not_a_folder = "--junitxml: cannot create *: * is not a folder"
+    _usage_error(pytester.runpytest(*HEALTHY, "--junitxml=file/j.xml"), not_a_folder)
 
 
 def test_a_junitxml_fifo_stays_allowed(tmp_path: Path) -> None:

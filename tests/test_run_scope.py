@@ -118,9 +118,9 @@ def test_a_last_failed_rerun_is_not_the_whole_suite(pytester: pytest.Pytester) -
     rerun = pytester.runpytest("-p", "cacheprovider", *DEGRADED, "--lf", "--nvlink-json=r.json")
     document = _results(pytester)
     assert document["verdict"] == "FAIL" and "left_out" in document, rerun.stdout.str()
-    assert document["left_out"]["ran"] < document["left_out"]["full_set"] or document["left_out"][
-        "modules_not_collected"
-    ]
+    assert (
+        document["left_out"]["ran"] < document["left_out"]["full_set"] or document["left_out"]["modules_not_collected"]
+    )
 
 
 # --- quick mode: its own full set ----------------------------------------------------------------------
@@ -161,7 +161,7 @@ def test_a_failing_baseline_file_is_taken_only_with_the_opt_in_printed_in_the_he
     refused = pytester.runpytest(*HEALTHY, "--nvlink-baseline=failed.json")
     refused.stderr.fnmatch_lines(["ERROR: --nvlink-baseline: failed.json was saved by a run that failed*"])
     taken = pytester.runpytest(*HEALTHY, "--nvlink-baseline=failed.json", "--nvlink-baseline-any", "-k", "baseline")
-    taken.stdout.fnmatch_lines(["nvlink baseline: --nvlink-baseline-any: taken whatever the outcome*(recorded: failed)"])
+    taken.stdout.fnmatch_lines(["nvlink baseline: --nvlink-baseline-any: taken whatever*(recorded: failed)"])
     pytester.makeini("[pytest]\nnvlink_baseline_any = true\n")
     by_ini = pytester.runpytest(*HEALTHY, "--nvlink-baseline=failed.json", "-k", "baseline")
     by_ini.stdout.fnmatch_lines(["nvlink baseline: *nvlink_baseline_any: taken whatever the outcome*"])
@@ -237,7 +237,7 @@ def test_a_faulty_rack_interrupted_during_test_rack_says_interrupted_never_pass(
     assert document["left_out"]["interrupted"] == {"by": by, "during": running}
     assert _banner(pytester).startswith("INTERRUPTED:")
     assert _junit_properties(pytester)["nvlink_verdict"] == "INTERRUPTED"
-    assert f"INTERRUPTED run: " in out and f"interrupted by {by} during {running}" in out
+    assert "INTERRUPTED run: " in out and f"interrupted by {by} during {running}" in out
 
 
 def test_a_second_ctrl_c_while_outputs_are_written_is_one_line_naming_what_was_not_written(
@@ -266,3 +266,18 @@ def test_the_sigterm_handler_is_put_back_when_the_session_ends(pytester: pytest.
     before = signal.getsignal(signal.SIGTERM)
     pytester.runpytest(*HEALTHY, "-k", "test_driver")
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+# --- pytest-xdist: the controller collects nothing; the workers send their selection -------------------
+
+
+def test_under_xdist_a_selection_is_partial_and_a_stop_is_not_an_interruption(pytester: pytest.Pytester) -> None:
+    pytester.runpytest(*HEALTHY, "-n", "2", "-k", "test_driver", "--nvlink-json=k.json")
+    left_out = _results(pytester, "k.json")["left_out"]
+    assert _results(pytester, "k.json")["verdict"] == "PARTIAL" and (left_out["full_set"], left_out["ran"]) == (372, 1)
+    pytester.runpytest(*DEGRADED, "-n", "2", "-x", "--nvlink-json=x.json")
+    document = _results(pytester, "x.json")
+    assert document["verdict"] == "FAIL" and document["left_out"]["interrupted"] is None
+    assert document["left_out"]["not_run_reason"].startswith("stopping after")
+    pytester.runpytest(*HEALTHY, "-n", "2", "--nvlink-json=all.json")
+    assert _results(pytester, "all.json")["verdict"] == "PASS"

@@ -45,6 +45,7 @@ class ScopeTracker:
         self.selected: list[str] = []
         self.deselected: list[str] = []
         self.running: str | None = None
+        self.stop_message: str | None = None  # a session stopped by pytest itself (-x under pytest-xdist)
         self.stopped_by: str | None = None  # "SIGTERM" once our handler has run
         self._previous: Any = None
         self._installed = False
@@ -83,6 +84,10 @@ class ScopeTracker:
             self.running = None
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        if type(excinfo.value).__name__ == "Interrupted" and self.stopped_by is None:
+            # Not a signal: pytest's and pytest-xdist's own Interrupted (a controller ends a -x/--maxfail session so).
+            self.stop_message = str(excinfo.value)
+            return
         if self.stopped_by is None:
             self.stopped_by = "SIGINT (Ctrl-C)" if excinfo.errisinstance(KeyboardInterrupt) else "pytest.exit"
 
@@ -111,11 +116,11 @@ class ScopeTracker:
 
     def scope(self, session: pytest.Session, ran: set[str]) -> RunScope:
         interrupted = None
-        if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED and not (self.stop_message and self.stopped_by is None):
             interrupted = Interruption(self.stopped_by or "SIGINT (Ctrl-C)", self.running)
         selected = dict.fromkeys(self.selected)
         skipped = getattr(self, "_worker_skipped", 0) or _modules_skipped_by_lf(session.config)
-        stop = session.shouldfail or session.shouldstop
+        stop = session.shouldfail or session.shouldstop or self.stop_message
         return RunScope(
             full=len(selected) + len(self.deselected),
             deselected=list(self.deselected),

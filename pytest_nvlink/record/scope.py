@@ -69,8 +69,8 @@ class RunScope:
         of = f"{self.ran} of {self.full}" + (" or more" if self.modules_skipped else "")
         head = f"{self.verdict} run: {of} nvlink checks ran"
         if self.interrupted is not None:
-            where = self.interrupted.during or "between checks"
-            head += f"; interrupted by {self.interrupted.by} during {where}"
+            where = f"during {self.interrupted.during}" if self.interrupted.during else "between checks"
+            head += f"; interrupted by {self.interrupted.by} {where}"
         return head + ("; left out: " + "; ".join(parts) if parts else "")
 
     def _not_run_reason(self) -> str:
