@@ -21,6 +21,8 @@ from conftest import REPO
 
 from pytest_nvlink.report.json_results import load_schema
 
+FLEET_SCHEMA = REPO / "pytest_nvlink" / "fleet" / "fleet.schema.json"
+
 DEGRADED = ("--nvlink-suite=h100-8gpu", "--nvlink-replay=h100-8gpu-degraded")
 HEALTHY = ("--nvlink-suite=h100-8gpu", "--nvlink-replay=h100-8gpu-healthy")
 OUTPUTS = ("--nvlink-json=r.json", "--nvlink-report=r.html", "--junitxml=j.xml")
@@ -178,8 +180,10 @@ def test_the_fleet_counts_a_partial_node_as_not_passing_and_says_why(pytester: p
         check=False,
     )
     assert fleet.returncode == 1, fleet.stdout + fleet.stderr
-    (node,) = json.loads((pytester.path / "fleet.json").read_text())["nodes"]
-    assert node["status"] == "incomplete"
+    fleet_document = json.loads((pytester.path / "fleet.json").read_text())
+    jsonschema.validate(fleet_document, json.loads(FLEET_SCHEMA.read_text()))
+    (node,) = fleet_document["nodes"]
+    assert node["status"] == "incomplete" and node["run_verdict"] == "PARTIAL"
     assert "PARTIAL run: 1 of 372 nvlink checks ran" in node["first_failure"]
 
 
