@@ -126,6 +126,9 @@ def test_a_folder_or_socket_is_refused_with_one_sentence(tmp_path: Path) -> None
 def test_the_fleet_never_replaces_a_device_it_is_asked_to_write(tmp_path: Path) -> None:
     """``pytest-nvlink fleet --json /dev/stdout`` run as root replaced the device node with a file."""
     node = _private_null(tmp_path)
+    (tmp_path / "second").mkdir()
+    other = _private_null(tmp_path / "second")  # one path, one output: a second device for the drain script
     folder = write_fleet(tmp_path / "runs", fleet_of(2))
-    done = run_console("fleet", str(folder), "--json", str(node), "--drain-script", str(node))
-    assert stat.S_ISCHR(node.stat().st_mode), done.stdout + done.stderr
+    done = run_console("fleet", str(folder), "--json", str(node), "--drain-script", str(other))
+    assert "error" not in done.stderr, done.stderr
+    assert stat.S_ISCHR(node.stat().st_mode) and stat.S_ISCHR(other.stat().st_mode), done.stdout + done.stderr

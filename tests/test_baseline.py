@@ -239,7 +239,7 @@ def test_save_dir_then_compare_with_the_newest_passing_run(pytester: pytest.Pyte
     common = ("--nvlink-suite=h100-8gpu", f"--nvlink-replay={HEALTHY}", "-p", "no:cacheprovider")
     empty = pytester.runpytest(*common, f"--nvlink-baseline={runs}", "-k", "gpu_count")
     empty.stderr.fnmatch_lines([f"ERROR: --nvlink-baseline: {runs}/hgx-h100-01 holds no snapshot of a passing run*"])
-    saved = pytester.runpytest(*common, f"--nvlink-save-dir={runs}", "-k", "gpu_count")
+    saved = pytester.runpytest(*common, f"--nvlink-save-dir={runs}")  # a complete run: a -k run is no baseline
     assert saved.ret == 0
     (first,) = (runs / "hgx-h100-01").glob("*.json")
     assert json.loads(first.read_text())["node"]["environment"]["outcome"] == "passed"
@@ -299,9 +299,20 @@ def test_live_save_before_then_compare_after(
     assert before.ret == 0
     (saved,) = runs.glob("*/*.json")
     environment = json.loads(saved.read_text())["node"]["environment"]
-    assert environment["outcome"] == "passed" and environment["versions"]["kernel"]
-    after = pytester.runpytest(
+    # A -k run proves only its selection: saved as partial, the folder does not offer it, the file only on opt-in.
+    assert environment["outcome"] == "partial" and environment["versions"]["kernel"]
+    refused = pytester.runpytest(
         "--nvlink-suite=h100-8gpu", f"--nvlink-baseline={runs}", "-k", "baseline_facts", "-p", "no:cacheprovider"
+    )
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    after = pytester.runpytest(
+        "--nvlink-suite=h100-8gpu",
+        f"--nvlink-baseline={saved}",
+        "--nvlink-baseline-any",
+        "-k",
+        "baseline_facts",
+        "-p",
+        "no:cacheprovider",
     )
     after.assert_outcomes(passed=8)
     after.stdout.fnmatch_lines([f"nvlink baseline: {saved} (*"])

@@ -89,7 +89,7 @@ def test_environment_changes_list_versions_vbios_and_thresholds(tmp_path: Path) 
 
 def test_a_saved_run_records_its_outcome_and_environment() -> None:
     run = _run()
-    node = stamp_environment(run, passed=False)
+    node = stamp_environment(run, "failed")
     assert node.environment is not None
     assert node.environment.outcome == "failed"
     assert node.environment.suite == "h100-8gpu"

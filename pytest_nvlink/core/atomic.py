@@ -48,10 +48,56 @@ def target_problem(path: Path) -> str | None:
     return f"{path} is a {kind}, not a file"
 
 
+def unwritable_problem(path: Path) -> str | None:
+    """Why an output cannot be written to ``path`` at all, found before a run rather than after it; else None.
+
+    A folder, socket or block device (:func:`target_problem`); a device or FIFO that this user may not
+    write; a regular file or a new name in a folder where no file can be made (``/proc``, a read-only
+    mount, a path under a file). The test makes a real file beside the target: permission bits say
+    nothing to root, and ``/proc`` refuses only an actual write.
+    """
+    problem = target_problem(path)
+    if problem is not None:
+        return problem
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    if _kind_of(target) in ("character device", "FIFO"):
+        return None if os.access(target, os.W_OK) else f"cannot write {path}: permission denied"
+    return folder_problem(target.parent, path)
+
+
+def folder_problem(folder: Path, shown: Path | None = None) -> str | None:
+    """Why no file can be made in ``folder`` (created as needed, as the writers do); None when one can."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"cannot create {shown or folder}: {existing} is not a folder"
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".pytest-nvlink.", suffix=".probe"):
+            pass
+    except OSError as exc:
+        return f"cannot write {shown or folder}: {exc.strerror or exc} in {existing}"
+    return None
+
+
+def same_target(outputs: list[tuple[str, Path]]) -> str | None:
+    """ "--nvlink-json and --junitxml both name r.xml" when two outputs resolve to one file; else None.
+
+    Paths are compared resolved (relative, ``..``, symbolic links), so the later writer cannot silently
+    replace the earlier one's file."""
+    seen: dict[str, str] = {}
+    for label, path in outputs:
+        key = os.path.realpath(path)
+        if key in seen:
+            return f"{seen[key]} and {label} both name {path}: give each output its own file"
+        seen[key] = label
+    return None
+
+
 def _kind_of(path: Path) -> str | None:
     try:
         found = path.stat().st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # "file/out.json": nothing there yet, nor can there be
         return None
     for test, name in (
         (stat.S_ISREG, "regular file"),

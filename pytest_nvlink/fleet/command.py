@@ -161,6 +161,7 @@ def run_fleet(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         settings = settings_of(args)
         if settings.replace_percent < settings.warn_percent:
             raise FleetInputError("--outlier-replace-percent is below --outlier-warn-percent")
+        check_output_targets(args)
         expected = expected_nodes(args.expect_nodes) if args.expect_nodes is not None else None
         fleet = merge_paths(args.paths, expected, settings, args.jobs)
         write_outputs(fleet, args)
@@ -172,6 +173,22 @@ def run_fleet(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return INPUT_ERROR
     out.write(render_terminal(fleet, args.fail_on_outliers))
     return fleet.exit_status(args.fail_on_outliers)
+
+
+def check_output_targets(args: argparse.Namespace) -> None:
+    """One path, one output, and every output writable, before any file is read (a big fleet takes a while)."""
+    from pytest_nvlink.core.atomic import same_target, unwritable_problem
+
+    named = [
+        (f"--{name.replace('_', '-')}", getattr(args, name))
+        for name in ("junit", "json", "html", "drain_script")
+        if getattr(args, name) is not None
+    ]
+    problem = same_target(named)
+    for label, path in named:
+        problem = problem or (f"{label}: {found}" if (found := unwritable_problem(path)) else None)
+    if problem is not None:
+        raise FleetInputError(problem)
 
 
 def write_outputs(fleet: Fleet, args: argparse.Namespace) -> None:

@@ -187,6 +187,9 @@ def node_verdict(node: NodeFile, scan: ItemScan) -> NodeVerdict:
 
 
 def _incomplete_reason(document: dict[str, Any], scan: ItemScan) -> str | None:
+    left_out = document.get("left_out")
+    if left_out is not None:  # a partial or interrupted run proves nothing of the checks it left out
+        return f"incomplete: {left_out['line']}"
     if scan.first_errored is not None:
         return "incomplete: " + _item_line(scan.first_errored)
     if not scan.judged:

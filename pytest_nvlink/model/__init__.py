@@ -294,7 +294,7 @@ class Environment:
     suite: str | None = None
     suite_file: str | None = None
     thresholds: list[str] = field(default_factory=list)
-    outcome: str | None = None  # "passed" | "failed": how the run that saved it ended
+    outcome: str | None = None  # "passed" | "failed" | "partial" | "interrupted": how the run that saved it ended
     saved_utc: str | None = None
 
 

@@ -18,7 +18,10 @@ from pytest_nvlink.plugin.kit import (
     RUN_KEY,
     SESSIONS,
     CheckKit,
+    baseline_any_label,
     current_session,
+    evidence_given,
+    given_setting,
     not_parametrized,
     run_of,
     unknown_is,
@@ -74,15 +77,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         shown = help_text + (PLACEHOLDER_HELP if name in _EXPANDING else "")
         group.addoption(f"--nvlink-{name}", dest=dest, default=None, help=f"{shown} (ini: {dest})")
         parser.addini(dest, help_text, type="string", default=None)
-    group.addoption(
-        "--nvlink-quick",
-        dest="nvlink_quick",
-        action="store_true",
-        default=None,
-        help="health check for Slurm prologs and NHC: facts only (inventory, links, paths, P2P status, fabric), "
-        "nothing measured, one line per failure (ini: nvlink_quick)",
+    flags = (
+        (
+            "quick",
+            "health check for Slurm prologs and NHC: facts only (inventory, links, paths, P2P status, fabric), "
+            "nothing measured, one line per failure",
+        ),
+        ("baseline-any", "take a --nvlink-baseline file even when the run that saved it failed or was partial"),
     )
-    parser.addini("nvlink_quick", "health-check mode: facts only, one line per failure", type="bool", default=False)
+    for name, help_text in flags:
+        dest = "nvlink_" + name.replace("-", "_")
+        group.addoption(
+            f"--nvlink-{name}", dest=dest, action="store_true", default=None, help=f"{help_text} (ini: {dest})"
+        )
+        parser.addini(dest, help_text, type="bool", default=False)
     group.addoption(
         "--nvlink-evidence",
         dest="nvlink_evidence",
@@ -106,31 +114,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="list the shipped suites with one line each and exit",
     )
-
-
-def _given(config: pytest.Config, name: str) -> Given | None:
-    """Setting ``name`` ("pair-mode") from the command line, else the ini file; None when not given."""
-    from pytest_nvlink.record.run import Given
-
-    dest = "nvlink_" + name.replace("-", "_")
-    value = config.getoption(dest, default=None)
-    if value is not None:
-        return Given(str(value), f"--nvlink-{name}")
-    value = config.getini(dest)
-    return None if value is None else Given(str(value), _ini_label(config, dest))
-
-
-def _ini_label(config: pytest.Config, key: str) -> str:
-    return f"{config.inipath.name}:{key}" if config.inipath else key
-
-
-def _evidence(config: pytest.Config) -> list[Given]:
-    from pytest_nvlink.record.run import Given
-
-    given = config.getoption("nvlink_evidence")
-    if given:
-        return [Given(str(value), "--nvlink-evidence") for value in given]
-    return [Given(str(path), _ini_label(config, "nvlink_evidence")) for path in config.getini("nvlink_evidence")]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -183,11 +166,17 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_nvlink.plugin.shape import ShapeFilter
 
     def setting(name: str) -> Given | None:
-        return _given(config, name)
+        return given_setting(config, name)
 
     try:
         exclude = config.getoption("nvlink_evidence_exclude") or config.getini("nvlink_evidence_exclude")
-        options = read_options(setting, _evidence(config), [str(g) for g in exclude], quick=_quick(config))
+        options = read_options(
+            setting,
+            evidence_given(config),
+            [str(g) for g in exclude],
+            quick=_quick(config),
+            baseline_any=baseline_any_label(config),
+        )
         if options is None:
             return
         check_output_templates(config, setting)
@@ -290,7 +279,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # Nothing was probed, or no suite fits: the gate check says why in one line, not one failure per GPU and pair.
     dropped = [item for item in items if _uses_node(item) and not _is_gate(item)]
     if dropped:
-        config.hook.pytest_deselected(items=dropped)
+        from pytest_nvlink.plugin.scope import deselect_own
+
+        deselect_own(config, dropped)
         items[:] = [item for item in items if item not in dropped]
 
 

@@ -15,7 +15,7 @@ from pytest_nvlink.config.values import ConfigError
 from pytest_nvlink.judges.baseline_match import Baseline, match_gpus, whole_problem
 from pytest_nvlink.model.document import SnapshotError
 from pytest_nvlink.record.environment import current_environment
-from pytest_nvlink.record.run import Run
+from pytest_nvlink.record.run import Run, RunOptions
 from pytest_nvlink.sources.snapshot.file import load_snapshot_document
 
 
@@ -38,6 +38,8 @@ def attach_baseline(run: Run) -> None:
         node, document = load_snapshot_document(path)
     except SnapshotError as exc:
         raise ConfigError(f"{label}: {exc}") from None
+    if path == options.baseline:  # a file given as such: a folder offers only complete passing runs already
+        _refuse_unproven(node.environment.outcome if node.environment else None, path, options)
     created = document.get("created_utc")
     baseline = Baseline(
         node=node,
@@ -49,6 +51,22 @@ def attach_baseline(run: Run) -> None:
     match_gpus(run.node, baseline)
     baseline.problem = whole_problem(run.node, run.suite.name, baseline)
     run.baseline = baseline
+
+
+def _refuse_unproven(outcome: str | None, path: Path, options: RunOptions) -> None:
+    """A snapshot saved by a run that failed, was partial or interrupted is no known good, unless the user opts in.
+
+    A file that records no outcome (schema 1, a shipped example, ``--nvlink-save`` of old) is taken as given."""
+    if outcome in (None, "passed") or options.baseline_any:
+        return
+    raise ConfigError(
+        f"{options.label('baseline')}: {path} was saved by a run that {_ENDED.get(outcome, f'ended {outcome!r}')}, "
+        "so it is no last known good; give a complete passing run's snapshot, or add --nvlink-baseline-any "
+        "to compare with it anyway"
+    )
+
+
+_ENDED = {"failed": "failed", "partial": "ran only part of its suite", "interrupted": "was interrupted"}
 
 
 def _baseline_file(given: Path, host: str | None, label: str) -> Path:

@@ -15,7 +15,7 @@ import pytest
 if TYPE_CHECKING:
     from pytest_nvlink.judges.context import Context
     from pytest_nvlink.model.figures import MeasurementProvider
-    from pytest_nvlink.record.run import Run
+    from pytest_nvlink.record.run import Given, Run
     from pytest_nvlink.verdict import Outcome, Verdict
 
 CHECKS_DIR = Path(__file__).resolve().parents[1] / "checks"
@@ -68,3 +68,35 @@ class CheckKit(NamedTuple):
     context: Context
     measurements: MeasurementProvider
     judge: Callable[[Verdict], None]
+
+
+def given_setting(config: pytest.Config, name: str) -> Given | None:
+    """Setting ``name`` ("pair-mode") from the command line, else the ini file; None when not given."""
+    from pytest_nvlink.record.run import Given
+
+    dest = "nvlink_" + name.replace("-", "_")
+    value = config.getoption(dest, default=None)
+    if value is not None:
+        return Given(str(value), f"--nvlink-{name}")
+    value = config.getini(dest)
+    return None if value is None else Given(str(value), _ini_label(config, dest))
+
+
+def _ini_label(config: pytest.Config, key: str) -> str:
+    return f"{config.inipath.name}:{key}" if config.inipath else key
+
+
+def evidence_given(config: pytest.Config) -> list[Given]:
+    from pytest_nvlink.record.run import Given
+
+    given = config.getoption("nvlink_evidence")
+    if given:
+        return [Given(str(value), "--nvlink-evidence") for value in given]
+    return [Given(str(path), _ini_label(config, "nvlink_evidence")) for path in config.getini("nvlink_evidence")]
+
+
+def baseline_any_label(config: pytest.Config) -> str | None:
+    """How --nvlink-baseline-any was given (the option, or the ini key), or None when it was not."""
+    if config.getoption("nvlink_baseline_any"):
+        return "--nvlink-baseline-any"
+    return _ini_label(config, "nvlink_baseline_any") if config.getini("nvlink_baseline_any") else None

@@ -19,10 +19,12 @@ from pytest_nvlink.core.placeholders import check as check_placeholders
 
 if TYPE_CHECKING:
     from pytest_nvlink.model import Node
+    from pytest_nvlink.plugin.scope import ScopeTracker
     from pytest_nvlink.record.audit import AuditTally
     from pytest_nvlink.record.items import ItemLog
     from pytest_nvlink.record.results import ReportSection, Results
     from pytest_nvlink.record.run import Given, Run
+    from pytest_nvlink.record.scope import RunScope
 
 TALLY_KEY = pytest.StashKey["AuditTally"]()
 ITEM_LOG_KEY = pytest.StashKey["ItemLog"]()
@@ -30,6 +32,9 @@ OUTPUTS_KEY = pytest.StashKey[list[tuple[str, Path]]]()  # (format, file) of --n
 WRITTEN_KEY = pytest.StashKey[list[tuple[bool, str]]]()
 SAVED_KEY = pytest.StashKey[tuple[bool, str]]()
 SECTIONS_KEY = pytest.StashKey[list["ReportSection"]]()  # a site's report sections, from its hooks
+REQUESTED_KEY = pytest.StashKey[list[tuple[str, str]]]()  # (what, path) of every output asked for
+DONE_KEY = pytest.StashKey[set[str]]()  # the paths of the outputs written so far
+WHAT_OF = {"json": "results JSON", "report": "HTML report"}
 JUNITXML = "--junitxml"
 
 
@@ -55,13 +60,44 @@ def start_outputs(config: pytest.Config, run: Run, setting: Callable[[str], Give
             config.option.xmlpath = expand(str(xmlpath), run.placeholders, JUNITXML)
         except PlaceholderError as exc:
             raise ConfigError(str(exc)) from None
+    _check_targets(config, run, setting)
     _start_tally(config)
+    from pytest_nvlink.plugin.scope import TRACKER_KEY, ScopeTracker
+
+    tracker = ScopeTracker()
+    config.stash[TRACKER_KEY] = tracker
+    config.pluginmanager.register(tracker, "nvlink-scope")
+    config.pluginmanager.register(_SessionFinishGuard(tracker), "nvlink-session-finish-guard")
     config.pluginmanager.register(SessionOutputs(run), "nvlink-session-outputs")
+    config.pluginmanager.register(_LastOfSessionFinish(), "nvlink-last-of-session-finish")
     if getattr(config.option, "htmlpath", None) and config.pluginmanager.hasplugin("html"):
         from pytest_nvlink.report.pytest_html import PytestHtmlColumns
 
         config.pluginmanager.register(PytestHtmlColumns(), "nvlink-pytest-html")
         config.pluginmanager.register(_HtmlExtras(run), "nvlink-pytest-html-extras")
+
+
+def _check_targets(config: pytest.Config, run: Run, setting: Callable[[str], Given | None]) -> None:
+    """One path, one output; and pytest's own --junitxml writable, before anything runs (pytest finds out after)."""
+    from pytest_nvlink.core.atomic import same_target, unwritable_problem
+
+    named = [(_label(setting, name), path) for name, path in config.stash[OUTPUTS_KEY]]
+    if run.options.save is not None:
+        named.append((run.options.label("save"), run.options.save))
+    xmlpath = getattr(config.option, "xmlpath", None)
+    if xmlpath:
+        named.append((JUNITXML, Path(xmlpath)))
+        problem = unwritable_problem(Path(xmlpath))
+        if problem is not None:
+            raise ConfigError(f"{JUNITXML}: {problem}")
+    problem = same_target(named)
+    if problem is not None:
+        raise ConfigError(problem)
+
+
+def _label(setting: Callable[[str], Given | None], name: str) -> str:
+    given = setting(name)
+    return given.label if given is not None else f"--nvlink-{name}"
 
 
 class _AuditRecorder:
@@ -122,6 +158,7 @@ class SessionOutputs(HoldsRunWeakly):
             for name, value in suite_properties(self.run):
                 xml.add_global_property(name, value)
 
+    @pytest.hookimpl(tryfirst=True)  # before pytest's JUnit writer: the run's scope goes into its properties
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         run = self.run
         reason = run.gate_only()
@@ -131,19 +168,21 @@ class SessionOutputs(HoldsRunWeakly):
                 session.config.get_terminal_writer().line(f"pytest-nvlink: {reason}", red=True)
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         _refuse_empty_audit(session)
+        scope = _record_scope(session)
         targets = [run.options.save] if run.options.save is not None else []
         if run.options.save_dir is not None:
             from pytest_nvlink.record.baseline import saved_run_path
 
             targets.append(saved_run_path(run.options.save_dir, run.node.host))
+        session.config.stash[REQUESTED_KEY] = requested_outputs(session.config, targets)
         if targets:
             from pytest_nvlink.record.environment import stamp_environment
 
-            # The outcome is recorded so that a --nvlink-baseline folder offers only runs that passed.
-            node = stamp_environment(run, passed=session.exitstatus == pytest.ExitCode.OK)
+            # The outcome is recorded so that a --nvlink-baseline folder offers only complete runs that passed.
+            node = stamp_environment(run, _saved_outcome(session, scope))
             for path in targets:
                 _save(session, node, path)
-        _write_outputs(session, run)
+        _write_outputs(session, run, scope)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_terminal_summary(
@@ -166,9 +205,105 @@ class SessionOutputs(HoldsRunWeakly):
             terminalreporter.section(section.title, sep="-")
             for line in section.lines:
                 terminalreporter.write_line(line)
+        _write_scope_line(terminalreporter, config)
         # Last, right above the outcome counts, where a failed save cannot be missed.
         for ok, line in written_lines(config):
             terminalreporter.write_line(line, green=ok, red=not ok)
+
+
+class _SessionFinishGuard:
+    """The outermost ``pytest_sessionfinish`` wrapper: a Ctrl-C (or SIGTERM) while the outputs are written ends
+    the run with one line naming the outputs not written, never a traceback; the SIGTERM handler is put back."""
+
+    def __init__(self, tracker: ScopeTracker) -> None:
+        self.tracker = tracker
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
+        try:
+            return (yield)
+        except KeyboardInterrupt:
+            left = unwritten_outputs(session.config)
+            shown = "; not written (each is as it was before this run, or incomplete): " + ", ".join(left)
+            raise pytest.exit.Exception(
+                "pytest-nvlink: interrupted while the outputs were written" + (shown if left else ""),
+                returncode=pytest.ExitCode.INTERRUPTED,
+            ) from None
+        finally:
+            self.tracker.restore_signals()
+
+
+class _LastOfSessionFinish:
+    """Runs after every other ``pytest_sessionfinish`` implementation: pytest's JUnit file is written by then."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        xmlpath = getattr(session.config.option, "xmlpath", None)
+        if xmlpath:
+            session.config.stash.setdefault(DONE_KEY, set()).add(str(xmlpath))
+
+
+def requested_outputs(config: pytest.Config, saves: list[Path]) -> list[tuple[str, str]]:
+    """(what, path) of every output this run was asked for: snapshots, results JSON, HTML report, JUnit."""
+    requested = [("snapshot", str(path)) for path in saves]
+    requested += [(WHAT_OF[name], str(path)) for name, path in config.stash.get(OUTPUTS_KEY, [])]
+    xmlpath = getattr(config.option, "xmlpath", None)
+    if xmlpath and not hasattr(config, "workerinput"):
+        requested.append(("JUnit XML", str(xmlpath)))
+    return requested
+
+
+def unwritten_outputs(config: pytest.Config) -> list[str]:
+    """The outputs asked for and not (yet) written by this run, as "path (what)"."""
+    requested = config.stash.get(REQUESTED_KEY, None)
+    if requested is None:
+        requested = requested_outputs(config, [])
+    done = config.stash.get(DONE_KEY, set())
+    return [f"{path} ({what})" for what, path in requested if path not in done]
+
+
+def mark_written(config: pytest.Config, path: Path) -> None:
+    config.stash.setdefault(DONE_KEY, set()).add(str(path))
+
+
+def _record_scope(session: pytest.Session) -> RunScope | None:
+    """The run's scope from the tracker, stashed for the quick line and the summary; None under an xdist worker."""
+    from pytest_nvlink.plugin.scope import SCOPE_KEY, TRACKER_KEY
+
+    config = session.config
+    tracker, tally = config.stash.get(TRACKER_KEY, None), config.stash.get(TALLY_KEY, None)
+    if tracker is None or tally is None or hasattr(config, "workerinput"):
+        return None
+    scope = tracker.scope(session, set(tally.outcomes))
+    config.stash[SCOPE_KEY] = scope
+    if not scope.complete:
+        from _pytest.junitxml import xml_key
+
+        xml = config.stash.get(xml_key, None)
+        if xml is not None:
+            xml.add_global_property("nvlink_verdict", str(scope.verdict))
+            xml.add_global_property("nvlink_left_out", scope.line())
+    return scope
+
+
+def _saved_outcome(session: pytest.Session, scope: RunScope | None) -> str:
+    """How the run ended, as its saved snapshot records it: only a complete run that passed says "passed"."""
+    if scope is not None and scope.interrupted is not None:
+        return "interrupted"
+    if session.exitstatus != pytest.ExitCode.OK:
+        return "failed"
+    return "partial" if scope is not None and not scope.complete else "passed"
+
+
+def _write_scope_line(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """A run of part of the suite says so where the eye lands, above the outcome counts."""
+    from pytest_nvlink.plugin.scope import SCOPE_KEY
+
+    scope = config.stash.get(SCOPE_KEY, None)
+    if scope is not None and not scope.complete:
+        terminalreporter.write_line(
+            f"pytest-nvlink: {scope.line()} (no output of this run says PASS)", yellow=True, bold=True
+        )
 
 
 def written_lines(config: pytest.Config) -> list[tuple[bool, str]]:
@@ -187,7 +322,7 @@ def _lists_only(config: pytest.Config) -> bool:
     )
 
 
-def _write_outputs(session: pytest.Session, run: Run) -> None:
+def _write_outputs(session: pytest.Session, run: Run, scope: RunScope | None = None) -> None:
     """A site's report sections, then the JSON results and the HTML report, all from the one results record."""
     config = session.config
     log, tally = config.stash.get(ITEM_LOG_KEY, None), config.stash.get(TALLY_KEY, None)
@@ -195,13 +330,13 @@ def _write_outputs(session: pytest.Session, run: Run) -> None:
         return
     from pytest_nvlink.record.results import Results
 
-    results = Results(run, log.results(), tally.line(), tally.counts())
+    results = Results(run, log.results(), tally.line(), tally.counts(), scope=scope)
     written = _add_sections(session, results)
     wanted = config.stash.get(OUTPUTS_KEY, [])
     if wanted:
         from pytest_nvlink.report.outputs import write_outputs
 
-        written += write_outputs(results, wanted)
+        written += write_outputs(results, wanted, lambda path: mark_written(config, path))
     config.stash[WRITTEN_KEY] = written
     if not all(ok for ok, _ in written):
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
@@ -250,6 +385,7 @@ def _save(session: pytest.Session, node: Node, path: Path) -> None:
         line = (False, f"pytest-nvlink: could not save snapshot {path}: {exc}")
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
     else:
+        mark_written(session.config, path)
         line = (True, f"pytest-nvlink: snapshot saved to {path}")
     # With --nvlink-save and --nvlink-save-dir both lines are shown; a failure keeps the line red.
     if earlier is not None:

@@ -15,6 +15,7 @@ import pytest
 
 from pytest_nvlink.plugin.outputs import ITEM_LOG_KEY, HoldsRunWeakly, written_lines
 from pytest_nvlink.plugin.quick_rules import QUICK_MODULES, failure_line, keeps, summary_line
+from pytest_nvlink.plugin.scope import SCOPE_KEY, deselect_own
 from pytest_nvlink.record.items import item_result
 from pytest_nvlink.record.results import FAIL, PASS, run_verdict
 from pytest_nvlink.record.run import Run
@@ -56,7 +57,8 @@ class QuickMode(HoldsRunWeakly):
         kept = [item for item in items if _kept(item)]
         if len(kept) < len(items):
             ids = {id(item) for item in kept}
-            config.hook.pytest_deselected(items=[item for item in items if id(item) not in ids])
+            # The quick checks are the quick run's full set: what is left out here is not missing from it.
+            deselect_own(config, [item for item in items if id(item) not in ids])
             items[:] = kept
 
     @pytest.hookimpl(wrapper=True)
@@ -96,9 +98,13 @@ class QuickMode(HoldsRunWeakly):
         ]
         log = config.stash.get(ITEM_LOG_KEY, None)
         items = log.results() if log is not None else []
-        verdict = run_verdict(items)
+        scope = config.stash.get(SCOPE_KEY, None)
+        verdict = run_verdict(items, scope)
         status = self.session.exitstatus if self.session is not None else pytest.ExitCode.OK
         if verdict == PASS and status != pytest.ExitCode.OK:
             verdict = FAIL  # a failure outside the nvlink checks, or a file not written
         failed = sum(1 for item in items if item.failed)
-        return [*self.failures, *unwritten, summary_line(host, verdict, failed, len(items), self.run.suite.name)]
+        line = summary_line(host, verdict, failed, len(items), self.run.suite.name)
+        if scope is not None and not scope.complete:
+            line += f"; {scope.line()}"  # a quick run of part of the quick checks names what it left out
+        return [*self.failures, *unwritten, line]

@@ -44,6 +44,7 @@ def read_options(
     evidence_exclude: list[str] | None = None,
     *,
     quick: bool = False,
+    baseline_any: str | None = None,
 ) -> RunOptions | None:
     """RunOptions from the settings given (``setting("pair-mode")``); None when no suite is asked for.
 
@@ -86,7 +87,8 @@ def read_options(
         save_dir=path("save-dir"),
         host=text("host"),
         quick=quick,
-        labels=labels,
+        baseline_any=baseline_any is not None,
+        labels=labels | ({"baseline-any": baseline_any} if baseline_any else {}),
     )
 
 
@@ -171,6 +173,12 @@ def _expand_save_paths(options: RunOptions, values: dict[str, str]) -> RunOption
     options = replace(options, save=expanded("save", options.save), save_dir=expanded("save-dir", options.save_dir))
     if options.save_dir is not None and options.save_dir.exists() and not options.save_dir.is_dir():
         raise ConfigError(f"{options.label('save-dir')}: {options.save_dir} is not a folder")
+    if options.save_dir is not None:
+        from pytest_nvlink.core.atomic import folder_problem
+
+        problem = folder_problem(options.save_dir)
+        if problem is not None:
+            raise ConfigError(f"{options.label('save-dir')}: {problem}; the run would be saved nowhere")
     if options.save is not None:
         from pytest_nvlink.model.document import SnapshotError, check_writable
 

@@ -33,6 +33,12 @@ def baseline_header_lines(run: Run) -> list[str]:
     lines = [f"nvlink baseline: {baseline.file} ({baseline.label()})"]
     if baseline.schema_migrated:
         lines.append("nvlink baseline: schema-1 file (migrated): no versions or measurement conditions recorded")
+    if run.options.baseline_any:
+        outcome = baseline.node.environment.outcome if baseline.node.environment else None
+        lines.append(
+            f"nvlink baseline: {run.options.label('baseline-any')}: taken whatever the outcome of the run that "
+            f"saved it (recorded: {outcome or 'none'})"
+        )
     if baseline.problem:
         lines.append(f"nvlink baseline: cannot compare, every baseline check fails: {baseline.problem}")
     lines += [f"nvlink baseline: {reason}" for _, reason in sorted(baseline.unmatched.items())]

@@ -64,11 +64,12 @@ def current_environment(run: Run) -> Environment:
     )
 
 
-def stamp_environment(run: Run, passed: bool) -> Node:
-    """The node as it is saved: environment and measurement conditions recorded, the outcome set."""
+def stamp_environment(run: Run, outcome: str) -> Node:
+    """The node as it is saved: environment and measurement conditions recorded, the outcome set
+    ("passed" only for a complete run that passed; else "failed", "partial" or "interrupted")."""
     stamp_conditions(run)
     environment = current_environment(run)
-    environment.outcome = "passed" if passed else "failed"
+    environment.outcome = outcome
     environment.saved_utc = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     run.node.environment = environment
     return run.node

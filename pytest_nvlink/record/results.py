@@ -18,18 +18,23 @@ from pytest_nvlink.model import NcclAudit
 from pytest_nvlink.record.audit import UNJUDGED, AuditCounts
 from pytest_nvlink.record.items import ItemResult
 from pytest_nvlink.record.run import Run
+from pytest_nvlink.record.scope import RunScope, scope_verdict
 from pytest_nvlink.verdict import Outcome
 
 if TYPE_CHECKING:
     from pytest_nvlink.record.baseline import BaselineSection
 
 
-# The run's verdict: any failure fails it; checks left without evidence leave it incomplete.
+# The run's verdict: any failure fails it; checks left without evidence leave it incomplete; a run of part
+# of the suite is PARTIAL, one stopped from outside INTERRUPTED (record.scope).
 PASS, FAIL, INCOMPLETE = "PASS", "FAIL", "INCOMPLETE"
 
 
-def run_verdict(items: Iterable[ItemResult]) -> str:
-    results = list(items)
+def run_verdict(items: Iterable[ItemResult], scope: RunScope | None = None) -> str:
+    return scope_verdict(_checks_verdict(list(items)), scope)
+
+
+def _checks_verdict(results: list[ItemResult]) -> str:
     counts = Counter(item.outcome for item in results)
     if counts[Outcome.FAIL.value] or counts[UNJUDGED]:
         return FAIL
@@ -98,10 +103,11 @@ class Results:
     audit: str  # the "partial audit: N of M checks had evidence" line
     audit_counts: AuditCounts  # its N and M as numbers, which the fleet reads
     sections: list[ReportSection] = field(default_factory=list)  # a site's own, from its hooks (plugin.hookspecs)
+    scope: RunScope | None = None  # which of the suite's checks ran; None: not known, taken as complete
 
     @property
     def verdict(self) -> str:
-        return run_verdict(self.items)
+        return run_verdict(self.items, self.scope)
 
     def failures(self) -> list[ItemResult]:
         return [item for item in self.items if item.failed]

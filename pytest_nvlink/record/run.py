@@ -35,6 +35,7 @@ class RunOptions:
     save_dir: Path | None = None  # also save the run as <dir>/<host>/<UTC timestamp>.json
     host: str | None = None  # the host name this run reports, instead of the node's own
     quick: bool = False  # health-check mode: facts only, nothing measured
+    baseline_any: bool = False  # take a baseline file whatever the outcome of the run that saved it
     # Where each setting came from, for messages: "--nvlink-replay" or "pytest.ini:nvlink_replay".
     labels: dict[str, str] = field(default_factory=dict)
 

@@ -32,6 +32,7 @@ def results_document(results: Results) -> dict[str, Any]:
         "plugin_version": __version__,
         "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "verdict": results.verdict,
+        **_left_out(results),
         "host": run.host,
         "source": source_text(run),
         "suite": {"name": run.suite.name, "file": str(run.suite.file), "gpu_count": run.suite.gpu_count},
@@ -45,6 +46,12 @@ def results_document(results: Results) -> dict[str, Any]:
         **_sections(results),
         "node": node_to_dict(run.node),
     }
+
+
+def _left_out(results: Results) -> dict[str, Any]:
+    """What a partial or interrupted run left out of the suite's checks; no key at all for a complete run."""
+    left_out = results.scope.document() if results.scope is not None else None
+    return {} if left_out is None else {"left_out": left_out}
 
 
 def _sections(results: Results) -> dict[str, Any]:

@@ -13,8 +13,11 @@ from pytest_nvlink.record.run import Given
 WHAT = {"json": "results JSON", "report": "HTML report"}
 
 
-def write_outputs(results: Results, wanted: list[tuple[str, Path]]) -> list[tuple[bool, str]]:
-    """(written?, line for the terminal) per file; one that fails does not stop the others."""
+def write_outputs(
+    results: Results, wanted: list[tuple[str, Path]], written: Callable[[Path], None] = lambda path: None
+) -> list[tuple[bool, str]]:
+    """(written?, line for the terminal) per file; one that fails does not stop the others; ``written`` hears
+    of each file as soon as it is whole."""
     from pytest_nvlink.report.html import write_html_report
     from pytest_nvlink.report.json_results import write_results_json
 
@@ -26,6 +29,7 @@ def write_outputs(results: Results, wanted: list[tuple[str, Path]]) -> list[tupl
         except Exception as exc:  # a report that cannot be written must not hide the verdicts above it
             lines.append((False, f"pytest-nvlink: could not write {WHAT[name]} {path}: {exc!r}"))
         else:
+            written(path)
             lines.append((True, f"pytest-nvlink: {WHAT[name]} written to {path}"))
     return lines
 
