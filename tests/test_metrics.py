@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pytest_nvlink.plugin.run import build_run
@@ -80,3 +81,37 @@ def test_the_file_is_written_whole_in_place(tmp_path: Path) -> None:
     write_metrics(_results("h100-8gpu-healthy", "pass"), path)
     assert _samples(path.read_text(encoding="utf-8"))
     assert [p.name for p in path.parent.iterdir()] == ["nvlink.prom"]
+
+
+def test_the_option_writes_the_file_beside_the_other_outputs(pytester: pytest.Pytester) -> None:
+    """``--nvlink-metrics`` on the degraded demo: one file node_exporter can read, whose verdict is FAIL."""
+    result = pytester.runpytest_subprocess(
+        "--nvlink-suite=h100-8gpu",
+        "--nvlink-replay=h100-8gpu-degraded",
+        "--nvlink-metrics=textfile/nvlink-{host}.prom",
+        "--nvlink-json=results.json",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    written = list((pytester.path / "textfile").glob("nvlink-*.prom"))
+    assert [path.name for path in written] == ["nvlink-hgx-h100-02.prom"]
+    result.stdout.fnmatch_lines(["pytest-nvlink: Prometheus metrics written to *nvlink-hgx-h100-02.prom"])
+    samples = _samples(written[0].read_text(encoding="utf-8"))
+    verdict = ("pytest_nvlink_verdict", (("host", "hgx-h100-02"), ("suite", "h100-8gpu"), ("verdict", "FAIL")))
+    assert samples[verdict] == 1
+    failing = [labels for name, labels in samples if name == "pytest_nvlink_check_failed"]
+    assert len(failing) == result.parseoutcomes()["failed"]
+
+
+def test_the_same_path_as_another_output_is_refused_before_the_run(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess(
+        "--nvlink-suite=h100-8gpu",
+        "--nvlink-replay=h100-8gpu-healthy",
+        "--nvlink-metrics=out.json",
+        "--nvlink-json=out.json",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert not (pytester.path / "out.json").exists()

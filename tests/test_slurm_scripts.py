@@ -120,3 +120,16 @@ def test_the_real_quick_check_of_a_degraded_node_logs_its_failures_and_drains(tm
     reason = (tmp_path / "scontrol.args").read_text().splitlines()[-1]
     assert reason.startswith("Reason=pytest-nvlink: nvlink FAIL gpu017 test_nvlink_active_links[gpu3]: GPU 3: 16 of 18")
     assert len(reason) <= len("Reason=pytest-nvlink: ") + 200
+
+
+def test_the_real_quick_check_writes_the_metrics_file_node_exporter_reads(tmp_path: Path) -> None:
+    textfile = tmp_path / "textfile_collector"
+    textfile.mkdir()
+    degraded = f"--nvlink-replay={SNAPSHOTS / 'h100-8gpu-degraded.json'}"
+    done = prolog(
+        tmp_path, None, NVLINK_PYTEST_ARGS=degraded, NVLINK_METRICS_DIR=str(textfile), NVLINK_QUICK_TIMEOUT_S="120"
+    )
+    assert done.returncode == 1, done.stderr
+    assert [path.name for path in textfile.iterdir()] == ["pytest-nvlink.prom"]  # whole: no temporary left
+    text = (textfile / "pytest-nvlink.prom").read_text()
+    assert 'pytest_nvlink_verdict{host="gpu017",suite="h100-8gpu",verdict="FAIL"} 1.0' in text

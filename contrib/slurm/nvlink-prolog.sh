@@ -8,13 +8,17 @@
 #
 # Slurm runs prologs with an almost empty environment: set the defaults below for your site.
 # A non-zero Prolog exit drains the node and requeues the job, so the check has a hard time limit;
-# running past it counts as a failure.
+# running past it counts as a failure. NVLINK_METRICS_DIR (node_exporter's --collector.textfile.directory)
+# also gets the verdict as pytest-nvlink.prom, written whole and renamed into place.
 set -uo pipefail
 
 suite=${NVLINK_SUITE:-auto}
 python=${NVLINK_PYTHON:-python3}
 limit_s=${NVLINK_QUICK_TIMEOUT_S:-10}
 read -ra extra <<<"${NVLINK_PYTEST_ARGS:-}"
+if [ -n "${NVLINK_METRICS_DIR:-}" ]; then
+    extra+=("--nvlink-metrics=${NVLINK_METRICS_DIR}/pytest-nvlink.prom")
+fi
 node=${SLURMD_NODENAME:-$(hostname -s)}
 drain=0
 case "${1:-}" in

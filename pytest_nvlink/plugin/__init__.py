@@ -55,12 +55,13 @@ _OPTIONS: tuple[tuple[str, str], ...] = (
     ("backend", "collective backend: 'nccl' (GPUs) or 'gloo' (CPU harness check)"),
     ("json", "write the results (every verdict, the node, the measurements) as versioned JSON to this file"),
     ("report", "write a self-contained HTML report (verdict, failures, topology, heatmaps) to this file"),
+    ("metrics", "write the verdict and figures as Prometheus text (node_exporter's textfile collector) to this file"),
     ("baseline", "compare with the node's last known good run: a snapshot, or a --nvlink-save-dir folder"),
     ("save-dir", "also save each run as DIR/<host>/<UTC timestamp>.json (a baseline folder)"),
     ("host", "the host name this run reports (results, JUnit, {host} in output paths); default: the node's"),
 )
 PLACEHOLDER_HELP = "; {host} and {date} (UTC, 20261203) expand"
-_EXPANDING = ("save", "json", "report", "save-dir")
+_EXPANDING = ("save", "json", "report", "metrics", "save-dir")
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:

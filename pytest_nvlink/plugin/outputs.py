@@ -34,13 +34,13 @@ SAVED_KEY = pytest.StashKey[tuple[bool, str]]()
 SECTIONS_KEY = pytest.StashKey[list["ReportSection"]]()  # a site's report sections, from its hooks
 REQUESTED_KEY = pytest.StashKey[list[tuple[str, str]]]()  # (what, path) of every output asked for
 DONE_KEY = pytest.StashKey[set[str]]()  # the paths of the outputs written so far
-WHAT_OF = {"json": "results JSON", "report": "HTML report"}
+WHAT_OF = {"json": "results JSON", "report": "HTML report", "metrics": "Prometheus metrics"}
 JUNITXML = "--junitxml"
 
 
 def check_output_templates(config: pytest.Config, setting: Callable[[str], Given | None]) -> None:
-    """A bad ``{placeholder}`` in --nvlink-json, --nvlink-report or --junitxml stops the run before any probe."""
-    given = [(g.value, g.label) for g in (setting("json"), setting("report")) if g is not None]
+    """A bad ``{placeholder}`` in --nvlink-json, --nvlink-report, --nvlink-metrics or --junitxml stops the run early."""
+    given = [(g.value, g.label) for g in (setting("json"), setting("report"), setting("metrics")) if g is not None]
     xmlpath = getattr(config.option, "xmlpath", None)
     for template, label in given + ([(str(xmlpath), JUNITXML)] if xmlpath else []):
         try:

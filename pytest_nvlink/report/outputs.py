@@ -1,4 +1,4 @@
-"""Writing the files a run asked for (``--nvlink-json``, ``--nvlink-report``) from one results record."""
+"""Writing the files a run asked for (``--nvlink-json``, ``--nvlink-report``, ``--nvlink-metrics``) from one record."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pytest_nvlink.core.placeholders import PlaceholderError, expand
 from pytest_nvlink.record.results import Results
 from pytest_nvlink.record.run import Given
 
-WHAT = {"json": "results JSON", "report": "HTML report"}
+WHAT = {"json": "results JSON", "report": "HTML report", "metrics": "Prometheus metrics"}
 
 
 def write_outputs(
@@ -21,9 +21,14 @@ def write_outputs(
     from pytest_nvlink.report.html import write_html_report
     from pytest_nvlink.report.json_results import write_results_json
 
+    writers: dict[str, Callable[[Results, Path], None]] = {"json": write_results_json, "report": write_html_report}
     lines = []
     for name, path in wanted:
-        writer = write_results_json if name == "json" else write_html_report
+        if name == "metrics":
+            from pytest_nvlink.report.metrics import write_metrics  # prometheus-client only when asked for
+
+            writers["metrics"] = write_metrics
+        writer = writers[name]
         try:
             writer(results, path)
         except Exception as exc:  # a report that cannot be written must not hide the verdicts above it
@@ -35,8 +40,8 @@ def write_outputs(
 
 
 def output_targets(setting: Callable[[str], Given | None], values: Mapping[str, str]) -> list[tuple[str, Path]]:
-    """(format, file) for ``--nvlink-json`` and ``--nvlink-report``, ``{host}``/``{date}`` expanded, checked
-    before anything runs."""
+    """(format, file) for ``--nvlink-json``, ``--nvlink-report`` and ``--nvlink-metrics``, ``{host}``/``{date}``
+    expanded, checked before anything runs."""
     from pytest_nvlink.model.document import SnapshotError, check_writable
 
     wanted = []
