@@ -22,11 +22,10 @@ from fake_nvml_api import (
     NVMLError,
     c_nvmlFieldValue_t,
     c_nvmlGpuFabricInfo_t,
-    c_nvmlGpuFabricInfo_v2_t,
     nvmlPciInfo_t,
 )
 
-from pytest_nvlink.model import Gpu, Node, NvLinkInfo, normalize_pci_bus_id, nvlink_count_of_path
+from pytest_nvlink.model import FabricInfo, Gpu, Node, NvLinkInfo, normalize_pci_bus_id, nvlink_count_of_path
 
 # --- how the fake encodes the node's facts as NVML values ---------------------------------------
 
@@ -114,6 +113,8 @@ class FakeNvml:
         counter_lag_reads: int = 0,
         background_bytes_per_read: int = 0,
         aggregate_scope_fails: bool = False,
+        fabric_versions: Iterable[int] = (C["nvmlGpuFabricInfo_v2"], C["nvmlGpuFabricInfo_v3"]),
+        architectures: Mapping[int, int] | None = None,
     ) -> None:
         self.node = node if node is not None else Node(source="fake")
         by_index = {gpu.index: gpu for gpu in self.node.gpus}
@@ -141,6 +142,10 @@ class FakeNvml:
         self.counter_lag_reads = counter_lag_reads
         self.background_bytes_per_read = background_bytes_per_read
         self.aggregate_scope_fails = aggregate_scope_fails
+        # The fabric-info struct versions the driver knows (R550: v2 only), and node GPU index -> the
+        # nvmlDeviceArchitecture_t it answers where the GPU's name and links do not say it.
+        self.fabric_versions = set(fabric_versions)
+        self.architectures = dict(architectures or {})
         self.published: dict[int, list[tuple[int, int]]] = {}
         self.init_count = 0
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
@@ -362,13 +367,16 @@ class FakeNvml:
 
     def nvmlDeviceGetGpuFabricInfoV(self, device: Any, gpuFabricInfo: Any) -> int:
         gpu = self._dev(device)
-        info = _deref(gpuFabricInfo, c_nvmlGpuFabricInfo_v2_t)
-        if info.version != C["nvmlGpuFabricInfo_v2"]:
+        info = _deref_versioned(gpuFabricInfo)
+        # NVML reads the version first; a driver older than the struct answers ArgumentVersionMismatch.
+        if info.version not in self.fabric_versions:
             raise NVMLError(C["NVML_ERROR_ARGUMENT_VERSION_MISMATCH"])
         self._fill_fabric(gpu, info)
         fabric = gpu.fabric
         assert fabric is not None
-        info.healthMask = {True: 1, False: 2, None: 0}[fabric.degraded_bandwidth]
+        info.healthMask = _health_mask(fabric)
+        if info.version == C["nvmlGpuFabricInfo_v3"]:
+            info.healthSummary = _health_summary(fabric)
         return int(C["NVML_SUCCESS"])
 
     def nvmlDeviceGetGpuFabricInfo(self, device: Any, gpuFabricInfo: Any) -> int:
@@ -567,6 +575,64 @@ def _deref(argument: Any, struct_type: type[ctypes.Structure]) -> Any:
     if not isinstance(target, struct_type):
         raise ctypes.ArgumentError(f"expected a pointer to {struct_type.__name__}")
     return target
+
+
+def _deref_versioned(argument: Any) -> Any:
+    """The versioned struct behind ``ctypes.byref(struct)``: any layout whose size the version states.
+
+    NVML reads the struct's first word as ``(version << 24) | sizeof``; a caller's own struct (bindings that
+    lack ``c_nvmlGpuFabricInfo_v3_t``) works as long as its size matches, as it would in C.
+    """
+    if isinstance(argument, ctypes.Structure):
+        raise TypeError("pass the struct as ctypes.byref(info): pynvml hands it to C unchanged")
+    target = getattr(argument, "_obj", None)
+    if target is None and isinstance(argument, ctypes._Pointer):
+        target = argument.contents
+    if not isinstance(target, ctypes.Structure) or not hasattr(target, "version"):
+        raise ctypes.ArgumentError("expected a pointer to a versioned NVML struct")
+    if ctypes.sizeof(target) < int(target.version) & 0xFFFFFF:
+        raise ctypes.ArgumentError(
+            f"struct of {ctypes.sizeof(target)} bytes is smaller than version {target.version:#x}"
+        )
+    return target
+
+
+# Health-mask flags whose problem name is the flag's own (TRUE = 1 is the problem, FALSE = 2 healthy).
+_HEALTH_FLAGS = (
+    ("DEGRADED_BW", "degraded_bandwidth"),
+    ("ROUTE_RECOVERY", "route_recovery"),
+    ("ROUTE_UNHEALTHY", "route_unhealthy"),
+    ("ACCESS_TIMEOUT_RECOVERY", "access_timeout_recovery"),
+)
+_HEALTH = "NVML_GPU_FABRIC_HEALTH_MASK"
+
+
+def _health_mask(fabric: FabricInfo) -> int:
+    """The healthMask a driver reporting ``fabric`` answers: only DEGRADED_BW where the node knows no more."""
+    problems = fabric.health_problems
+    mask = {True: 1, False: 2, None: 0}[fabric.degraded_bandwidth]
+    if problems is None:
+        return mask
+    mask = 0
+    for flag, name in _HEALTH_FLAGS:
+        bad = name in problems or (name == "degraded_bandwidth" and fabric.degraded_bandwidth is True)
+        mask |= C[f"{_HEALTH}_{flag}_{'TRUE' if bad else 'FALSE'}"] << C[f"{_HEALTH}_SHIFT_{flag}"]
+    config = next((p.split(":", 1)[1] for p in problems if p.startswith("incorrect_configuration:")), "none")
+    mask |= C[f"{_HEALTH}_INCORRECT_CONFIGURATION_{config.upper()}"] << C[f"{_HEALTH}_SHIFT_INCORRECT_CONFIGURATION"]
+    assigned = "FALSE" if "partition_not_assigned" in problems else "TRUE"
+    mask |= C[f"{_HEALTH}_PARTITION_ASSIGNED_{assigned}"] << C[f"{_HEALTH}_SHIFT_PARTITION_ASSIGNED"]
+    if "gfm_disconnected" in problems:  # single-node systems have no global fabric manager: NOT_SUPPORTED
+        mask |= C[f"{_HEALTH}_GFM_STATE_DISCONNECTED"] << C[f"{_HEALTH}_SHIFT_GFM_STATE"]
+    return int(mask)
+
+
+def _health_summary(fabric: FabricInfo) -> int:
+    name = fabric.health_summary
+    if name is None:
+        problems = fabric.health_problems or []
+        name = next((p.split(":", 1)[1] for p in problems if p.startswith("summary:")), "not_supported")
+    code: int = C[f"NVML_GPU_FABRIC_HEALTH_SUMMARY_{name.upper()}"]
+    return code
 
 
 def _pci_info(bus_id: str | None, device_id: int, gpu: Gpu | None) -> nvmlPciInfo_t:

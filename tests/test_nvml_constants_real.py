@@ -146,6 +146,15 @@ FIELDS_READ = {
     "c_nvmlGpuFabricInfo_t": ("clusterUuid", "status", "cliqueId", "state"),
     "c_nvmlGpuFabricInfo_v2_t": ("version", "clusterUuid", "status", "cliqueId", "state", "healthMask"),
     "c_nvmlGpuFabricInfoV_t": ("version", "clusterUuid", "status", "cliqueId", "state", "healthMask"),
+    "c_nvmlGpuFabricInfo_v3_t": (
+        "version",
+        "clusterUuid",
+        "status",
+        "cliqueId",
+        "state",
+        "healthMask",
+        "healthSummary",
+    ),
     "nvmlPciInfo_t": ("busId", "busIdLegacy"),
 }
 

@@ -78,6 +78,10 @@ class FabricInfo:
     cluster_uuid: str | None = None
     degraded_bandwidth: bool | None = None
     health_summary: str | None = None  # nvidia-smi -q Fabric Health Summary: "healthy", "unhealthy", ...
+    # Every unhealthy item of the decoded health mask and summary ("route_unhealthy",
+    # "incorrect_configuration:insufficient_nvlinks", "summary:unhealthy", ...); [] healthy; None: the
+    # source reports no health (a driver before R550, an nvidia-smi -q without the Health block).
+    health_problems: list[str] | None = None
 
 
 @dataclass
