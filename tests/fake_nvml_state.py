@@ -46,6 +46,33 @@ _VIRTUALIZATION = {"none": 0, "passthrough": 1, "vgpu": 2, "host_vgpu": 3, "host
 _GENERATION_TO_VERSION_ENUM = {1: 1, 2: 2, 3: 4, 4: 6, 5: 7, 6: 8}
 _REMOTE_TYPES = {"gpu": 0x00, "ibmnpu": 0x01, "switch": 0x02, "unknown": 0xFF}
 _ERROR_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")
+# NVML_FI_DEV_NVLINK_COUNT_* field ids -> the model's NVLink 5 counter names; they answer on these only.
+_NVLINK5_ERROR_FIELDS = {
+    C["NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS"]: "symbol",
+    C["NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS"]: "effective",
+    C["NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS"]: "link_recovery",
+    C["NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS"]: "link_recovery_failed",
+    C["NVML_FI_DEV_NVLINK_COUNT_MALFORMED_PACKET_ERRORS"]: "malformed_packet",
+    C["NVML_FI_DEV_NVLINK_COUNT_BUFFER_OVERRUN_ERRORS"]: "buffer_overrun",
+    C["NVML_FI_DEV_NVLINK_COUNT_RCV_ERRORS"]: "rcv",
+    C["NVML_FI_DEV_NVLINK_COUNT_RCV_REMOTE_ERRORS"]: "rcv_remote",
+    C["NVML_FI_DEV_NVLINK_COUNT_RCV_GENERAL_ERRORS"]: "rcv_general",
+    C["NVML_FI_DEV_NVLINK_COUNT_LOCAL_LINK_INTEGRITY_ERRORS"]: "local_link_integrity",
+}
+_NVLINK5_ARCHITECTURES = {C["NVML_DEVICE_ARCH_BLACKWELL"], C["NVML_DEVICE_ARCH_RUBIN"]}
+_ARCHITECTURE_BY_NAME = (
+    ("GB300", "BLACKWELL"),
+    ("GB200", "BLACKWELL"),
+    ("B300", "BLACKWELL"),
+    ("B200", "BLACKWELL"),
+    ("GH200", "HOPPER"),
+    ("H100", "HOPPER"),
+    ("H200", "HOPPER"),
+    ("H800", "HOPPER"),
+    ("A100", "AMPERE"),
+    ("A800", "AMPERE"),
+    ("L40", "ADA"),
+)
 _FABRIC_STATES = {"not_supported": 0, "not_started": 1, "in_progress": 2, "completed": 3}
 _BW_MODES = {"full": 0, "off": 1, "min": 2, "half": 3, "3quarter": 4}
 _H100_SXM_DEVICE_ID = 0x233010DE
@@ -439,11 +466,29 @@ class FakeNvml:
         gpu, info = self._link(device, link)
         if not 0 <= counter < len(_ERROR_COUNTERS):
             raise NVMLError(C["NVML_ERROR_INVALID_ARGUMENT"])
+        if self._architecture(gpu) in _NVLINK5_ARCHITECTURES:
+            raise NVMLError(C["NVML_ERROR_NOT_SUPPORTED"])  # nvml.h: the DL counters are "unsupported for Blackwell+"
         errors = self._fact(info.errors, f"gpu{gpu.index}.nvlink{link}.errors")
         name = _ERROR_COUNTERS[counter]
         if name not in errors:
             _raise(C["NVML_ERROR_NOT_SUPPORTED"])
         return int(errors[name]) + self._error_growth(gpu.index, link, name)
+
+    def nvmlDeviceGetArchitecture(self, device: Any) -> int:
+        return self._architecture(self._dev(device))
+
+    def _architecture(self, gpu: Gpu) -> int:
+        """What NVML answers: the test's override, else the GPU's product name, else its NVLink generation."""
+        if gpu.index in self.architectures:
+            return self.architectures[gpu.index]
+        name = (gpu.name or "").upper()
+        for marker, architecture in _ARCHITECTURE_BY_NAME:
+            if marker in name:
+                return int(C[f"NVML_DEVICE_ARCH_{architecture}"])
+        versions = {link.version for link in gpu.nvlinks or [] if link.version}
+        by_generation = {3: "AMPERE", 4: "HOPPER", 5: "BLACKWELL", 6: "RUBIN"}
+        generation = by_generation.get(max(versions)) if versions else None
+        return int(C[f"NVML_DEVICE_ARCH_{generation or 'UNKNOWN'}"])
 
     # --- field values -----------------------------------------------------------------------
 
@@ -476,6 +521,8 @@ class FakeNvml:
         if field_id in (197, 198):
             return self._pcie_counter(gpu, field_id)
         links = self._field_links(gpu)
+        if field_id in _NVLINK5_ERROR_FIELDS:
+            return self._nvlink5_error(gpu, links, field_id, scope_id)
         if field_id == 91:
             return 1, len(links)
         if field_id in (138, 139, 140, 141):
@@ -495,6 +542,22 @@ class FakeNvml:
         if field_id == 166 and link.version is not None:
             return 1, _GENERATION_TO_VERSION_ENUM[link.version]
         raise _FieldFailure(C["NVML_ERROR_NOT_SUPPORTED"])
+
+    def _nvlink5_error(self, gpu: Gpu, links: dict[int, NvLinkInfo], field_id: int, scope_id: int) -> tuple[int, int]:
+        """An NVLink 5 error counter (scopeId = link): only Blackwell and later have them."""
+        if self._architecture(gpu) not in _NVLINK5_ARCHITECTURES:
+            raise _FieldFailure(C["NVML_ERROR_NOT_SUPPORTED"])
+        link = links.get(scope_id) if scope_id < self.max_links else None
+        if link is None:
+            raise _FieldFailure(C["NVML_ERROR_INVALID_ARGUMENT"])
+        name = _NVLINK5_ERROR_FIELDS[field_id]
+        if link.errors is None:
+            raise _FieldFailure(
+                self._unknown(f"gpu{gpu.index}.nvlink{link.link}.errors", C["NVML_ERROR_NOT_SUPPORTED"])
+            )
+        if name not in link.errors:
+            raise _FieldFailure(C["NVML_ERROR_NOT_SUPPORTED"])
+        return 3, int(link.errors[name]) + self._error_growth(gpu.index, link.link, name)
 
     def _field_links(self, gpu: Gpu) -> dict[int, NvLinkInfo]:
         if not gpu.nvlinks:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from pytest_nvlink.model import ERROR_COUNTER_NAMES, Node, NvLinkInfo
+from pytest_nvlink.model import ERROR_COUNTER_NAMES, NVLINK5_ERROR_COUNTER_NAMES, Node, NvLinkInfo
 from pytest_nvlink.sources.live.counters import read_link_errors
 from pytest_nvlink.sources.live.fields import import_pynvml, nvml_reason
 
@@ -181,7 +181,7 @@ def _add_increase(
     """Add this campaign's increase to ``link.errors_run``; a counter unreadable in any campaign is dropped."""
     first = link.errors_run is None
     total = dict(link.errors_run or {})
-    for name in ERROR_COUNTER_NAMES:
+    for name in _counter_names(link, start, end):
         reason_key = f"{key}.errors_run.{name}"
         if not first and name not in total:
             continue  # already unknown from an earlier campaign
@@ -196,3 +196,12 @@ def _add_increase(
         else:
             node.unknown_reasons.setdefault(reason_key, "not readable before and after the campaign")
     link.errors_run = total
+
+
+def _counter_names(link: NvLinkInfo, start: dict[str, int], end: dict[str, int]) -> tuple[str, ...]:
+    """The counters this link has: NVLink 5's where it is NVLink 5 or answered them, else the DL set."""
+    nvlink5 = set(NVLINK5_ERROR_COUNTER_NAMES)
+    answered = set(start) | set(end) | set(link.errors or {}) | set(link.errors_run or {})
+    if (link.version or 0) >= 5 or answered & nvlink5:
+        return NVLINK5_ERROR_COUNTER_NAMES
+    return ERROR_COUNTER_NAMES
