@@ -16,7 +16,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from pytest_nvlink.model import ERROR_COUNTER_NAMES, NVLINK5_ERROR_COUNTER_NAMES, Node, NvLinkInfo
+from pytest_nvlink.model import Node, NvLinkInfo, link_error_counter_names
 from pytest_nvlink.sources.live.counters import read_link_errors
 from pytest_nvlink.sources.live.fields import import_pynvml, nvml_reason
 
@@ -199,9 +199,6 @@ def _add_increase(
 
 
 def _counter_names(link: NvLinkInfo, start: dict[str, int], end: dict[str, int]) -> tuple[str, ...]:
-    """The counters this link has: NVLink 5's where it is NVLink 5 or answered them, else the DL set."""
-    nvlink5 = set(NVLINK5_ERROR_COUNTER_NAMES)
-    answered = set(start) | set(end) | set(link.errors or {}) | set(link.errors_run or {})
-    if (link.version or 0) >= 5 or answered & nvlink5:
-        return NVLINK5_ERROR_COUNTER_NAMES
-    return ERROR_COUNTER_NAMES
+    """The counters this link has: the set it answered, else its generation's (NVLink 5 or DL)."""
+    answered = {**start, **end}
+    return link_error_counter_names([(link.version, link.errors, link.errors_run), (None, answered, None)])

@@ -144,13 +144,24 @@ class Gpu:
 
 
 def error_counter_names_of(gpu: Gpu) -> tuple[str, ...]:
-    """The NVLink error counters a GPU has: the NVLink 5 set where its links are NVLink 5 or report those
-    counters (Blackwell and later), else the DL set of NVLink 1-4."""
-    links = gpu.nvlinks or []
-    nvlink5 = set(NVLINK5_ERROR_COUNTER_NAMES)
-    if any((link.version or 0) >= 5 for link in links) or any(
-        nvlink5 & set(link.errors or {}) or nvlink5 & set(link.errors_run or {}) for link in links
-    ):
+    """The NVLink error counters a GPU has, by what its source read, else by its links' generation.
+
+    NVLink 5 (Blackwell and later) has its own set; NVLink 1-4 the DL set. A source that read either
+    set decides; where it read none, NVLink 5 links mean the NVLink 5 set.
+    """
+    return link_error_counter_names([(link.version, link.errors, link.errors_run) for link in gpu.nvlinks or []])
+
+
+def link_error_counter_names(
+    links: list[tuple[int | None, dict[str, int] | None, dict[str, int] | None]],
+) -> tuple[str, ...]:
+    """As :func:`error_counter_names_of`, from ``(version, errors, errors_run)`` of each link."""
+    read = {name for _, errors, run in links for name in (*(errors or {}), *(run or {}))}
+    if read & set(NVLINK5_ERROR_COUNTER_NAMES):
+        return NVLINK5_ERROR_COUNTER_NAMES
+    if read & set(ERROR_COUNTER_NAMES):
+        return ERROR_COUNTER_NAMES
+    if any((version or 0) >= 5 for version, _, _ in links):
         return NVLINK5_ERROR_COUNTER_NAMES
     return ERROR_COUNTER_NAMES
 
