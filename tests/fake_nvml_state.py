@@ -22,11 +22,10 @@ from fake_nvml_api import (
     NVMLError,
     c_nvmlFieldValue_t,
     c_nvmlGpuFabricInfo_t,
-    c_nvmlGpuFabricInfo_v2_t,
     nvmlPciInfo_t,
 )
 
-from pytest_nvlink.model import Gpu, Node, NvLinkInfo, normalize_pci_bus_id, nvlink_count_of_path
+from pytest_nvlink.model import FabricInfo, Gpu, Node, NvLinkInfo, normalize_pci_bus_id, nvlink_count_of_path
 
 # --- how the fake encodes the node's facts as NVML values ---------------------------------------
 
@@ -47,6 +46,33 @@ _VIRTUALIZATION = {"none": 0, "passthrough": 1, "vgpu": 2, "host_vgpu": 3, "host
 _GENERATION_TO_VERSION_ENUM = {1: 1, 2: 2, 3: 4, 4: 6, 5: 7, 6: 8}
 _REMOTE_TYPES = {"gpu": 0x00, "ibmnpu": 0x01, "switch": 0x02, "unknown": 0xFF}
 _ERROR_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")
+# NVML_FI_DEV_NVLINK_COUNT_* field ids -> the model's NVLink 5 counter names; they answer on these only.
+_NVLINK5_ERROR_FIELDS = {
+    C["NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS"]: "symbol",
+    C["NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS"]: "effective",
+    C["NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS"]: "link_recovery",
+    C["NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS"]: "link_recovery_failed",
+    C["NVML_FI_DEV_NVLINK_COUNT_MALFORMED_PACKET_ERRORS"]: "malformed_packet",
+    C["NVML_FI_DEV_NVLINK_COUNT_BUFFER_OVERRUN_ERRORS"]: "buffer_overrun",
+    C["NVML_FI_DEV_NVLINK_COUNT_RCV_ERRORS"]: "rcv",
+    C["NVML_FI_DEV_NVLINK_COUNT_RCV_REMOTE_ERRORS"]: "rcv_remote",
+    C["NVML_FI_DEV_NVLINK_COUNT_RCV_GENERAL_ERRORS"]: "rcv_general",
+    C["NVML_FI_DEV_NVLINK_COUNT_LOCAL_LINK_INTEGRITY_ERRORS"]: "local_link_integrity",
+}
+_NVLINK5_ARCHITECTURES = {C["NVML_DEVICE_ARCH_BLACKWELL"], C["NVML_DEVICE_ARCH_RUBIN"]}
+_ARCHITECTURE_BY_NAME = (
+    ("GB300", "BLACKWELL"),
+    ("GB200", "BLACKWELL"),
+    ("B300", "BLACKWELL"),
+    ("B200", "BLACKWELL"),
+    ("GH200", "HOPPER"),
+    ("H100", "HOPPER"),
+    ("H200", "HOPPER"),
+    ("H800", "HOPPER"),
+    ("A100", "AMPERE"),
+    ("A800", "AMPERE"),
+    ("L40", "ADA"),
+)
 _FABRIC_STATES = {"not_supported": 0, "not_started": 1, "in_progress": 2, "completed": 3}
 _BW_MODES = {"full": 0, "off": 1, "min": 2, "half": 3, "3quarter": 4}
 _H100_SXM_DEVICE_ID = 0x233010DE
@@ -114,6 +140,8 @@ class FakeNvml:
         counter_lag_reads: int = 0,
         background_bytes_per_read: int = 0,
         aggregate_scope_fails: bool = False,
+        fabric_versions: Iterable[int] = (C["nvmlGpuFabricInfo_v2"], C["nvmlGpuFabricInfo_v3"]),
+        architectures: Mapping[int, int] | None = None,
     ) -> None:
         self.node = node if node is not None else Node(source="fake")
         by_index = {gpu.index: gpu for gpu in self.node.gpus}
@@ -141,6 +169,10 @@ class FakeNvml:
         self.counter_lag_reads = counter_lag_reads
         self.background_bytes_per_read = background_bytes_per_read
         self.aggregate_scope_fails = aggregate_scope_fails
+        # The fabric-info struct versions the driver knows (R550: v2 only), and node GPU index -> the
+        # nvmlDeviceArchitecture_t it answers where the GPU's name and links do not say it.
+        self.fabric_versions = set(fabric_versions)
+        self.architectures = dict(architectures or {})
         self.published: dict[int, list[tuple[int, int]]] = {}
         self.init_count = 0
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
@@ -362,13 +394,16 @@ class FakeNvml:
 
     def nvmlDeviceGetGpuFabricInfoV(self, device: Any, gpuFabricInfo: Any) -> int:
         gpu = self._dev(device)
-        info = _deref(gpuFabricInfo, c_nvmlGpuFabricInfo_v2_t)
-        if info.version != C["nvmlGpuFabricInfo_v2"]:
+        info = _deref_versioned(gpuFabricInfo)
+        # NVML reads the version first; a driver older than the struct answers ArgumentVersionMismatch.
+        if info.version not in self.fabric_versions:
             raise NVMLError(C["NVML_ERROR_ARGUMENT_VERSION_MISMATCH"])
         self._fill_fabric(gpu, info)
         fabric = gpu.fabric
         assert fabric is not None
-        info.healthMask = {True: 1, False: 2, None: 0}[fabric.degraded_bandwidth]
+        info.healthMask = _health_mask(fabric)
+        if info.version == C["nvmlGpuFabricInfo_v3"]:
+            info.healthSummary = _health_summary(fabric)
         return int(C["NVML_SUCCESS"])
 
     def nvmlDeviceGetGpuFabricInfo(self, device: Any, gpuFabricInfo: Any) -> int:
@@ -431,11 +466,29 @@ class FakeNvml:
         gpu, info = self._link(device, link)
         if not 0 <= counter < len(_ERROR_COUNTERS):
             raise NVMLError(C["NVML_ERROR_INVALID_ARGUMENT"])
+        if self._architecture(gpu) in _NVLINK5_ARCHITECTURES:
+            raise NVMLError(C["NVML_ERROR_NOT_SUPPORTED"])  # nvml.h: the DL counters are "unsupported for Blackwell+"
         errors = self._fact(info.errors, f"gpu{gpu.index}.nvlink{link}.errors")
         name = _ERROR_COUNTERS[counter]
         if name not in errors:
             _raise(C["NVML_ERROR_NOT_SUPPORTED"])
         return int(errors[name]) + self._error_growth(gpu.index, link, name)
+
+    def nvmlDeviceGetArchitecture(self, device: Any) -> int:
+        return self._architecture(self._dev(device))
+
+    def _architecture(self, gpu: Gpu) -> int:
+        """What NVML answers: the test's override, else the GPU's product name, else its NVLink generation."""
+        if gpu.index in self.architectures:
+            return self.architectures[gpu.index]
+        name = (gpu.name or "").upper()
+        for marker, architecture in _ARCHITECTURE_BY_NAME:
+            if marker in name:
+                return int(C[f"NVML_DEVICE_ARCH_{architecture}"])
+        versions = {link.version for link in gpu.nvlinks or [] if link.version}
+        by_generation = {3: "AMPERE", 4: "HOPPER", 5: "BLACKWELL", 6: "RUBIN"}
+        generation = by_generation.get(max(versions)) if versions else None
+        return int(C[f"NVML_DEVICE_ARCH_{generation or 'UNKNOWN'}"])
 
     # --- field values -----------------------------------------------------------------------
 
@@ -468,6 +521,8 @@ class FakeNvml:
         if field_id in (197, 198):
             return self._pcie_counter(gpu, field_id)
         links = self._field_links(gpu)
+        if field_id in _NVLINK5_ERROR_FIELDS:
+            return self._nvlink5_error(gpu, links, field_id, scope_id)
         if field_id == 91:
             return 1, len(links)
         if field_id in (138, 139, 140, 141):
@@ -487,6 +542,22 @@ class FakeNvml:
         if field_id == 166 and link.version is not None:
             return 1, _GENERATION_TO_VERSION_ENUM[link.version]
         raise _FieldFailure(C["NVML_ERROR_NOT_SUPPORTED"])
+
+    def _nvlink5_error(self, gpu: Gpu, links: dict[int, NvLinkInfo], field_id: int, scope_id: int) -> tuple[int, int]:
+        """An NVLink 5 error counter (scopeId = link): only Blackwell and later have them."""
+        if self._architecture(gpu) not in _NVLINK5_ARCHITECTURES:
+            raise _FieldFailure(C["NVML_ERROR_NOT_SUPPORTED"])
+        link = links.get(scope_id) if scope_id < self.max_links else None
+        if link is None:
+            raise _FieldFailure(C["NVML_ERROR_INVALID_ARGUMENT"])
+        name = _NVLINK5_ERROR_FIELDS[field_id]
+        if link.errors is None:
+            raise _FieldFailure(
+                self._unknown(f"gpu{gpu.index}.nvlink{link.link}.errors", C["NVML_ERROR_NOT_SUPPORTED"])
+            )
+        if name not in link.errors:
+            raise _FieldFailure(C["NVML_ERROR_NOT_SUPPORTED"])
+        return 3, int(link.errors[name]) + self._error_growth(gpu.index, link.link, name)
 
     def _field_links(self, gpu: Gpu) -> dict[int, NvLinkInfo]:
         if not gpu.nvlinks:
@@ -567,6 +638,64 @@ def _deref(argument: Any, struct_type: type[ctypes.Structure]) -> Any:
     if not isinstance(target, struct_type):
         raise ctypes.ArgumentError(f"expected a pointer to {struct_type.__name__}")
     return target
+
+
+def _deref_versioned(argument: Any) -> Any:
+    """The versioned struct behind ``ctypes.byref(struct)``: any layout whose size the version states.
+
+    NVML reads the struct's first word as ``(version << 24) | sizeof``; a caller's own struct (bindings that
+    lack ``c_nvmlGpuFabricInfo_v3_t``) works as long as its size matches, as it would in C.
+    """
+    if isinstance(argument, ctypes.Structure):
+        raise TypeError("pass the struct as ctypes.byref(info): pynvml hands it to C unchanged")
+    target = getattr(argument, "_obj", None)
+    if target is None and isinstance(argument, ctypes._Pointer):
+        target = argument.contents
+    if not isinstance(target, ctypes.Structure) or not hasattr(target, "version"):
+        raise ctypes.ArgumentError("expected a pointer to a versioned NVML struct")
+    if ctypes.sizeof(target) < int(target.version) & 0xFFFFFF:
+        raise ctypes.ArgumentError(
+            f"struct of {ctypes.sizeof(target)} bytes is smaller than version {target.version:#x}"
+        )
+    return target
+
+
+# Health-mask flags whose problem name is the flag's own (TRUE = 1 is the problem, FALSE = 2 healthy).
+_HEALTH_FLAGS = (
+    ("DEGRADED_BW", "degraded_bandwidth"),
+    ("ROUTE_RECOVERY", "route_recovery"),
+    ("ROUTE_UNHEALTHY", "route_unhealthy"),
+    ("ACCESS_TIMEOUT_RECOVERY", "access_timeout_recovery"),
+)
+_HEALTH = "NVML_GPU_FABRIC_HEALTH_MASK"
+
+
+def _health_mask(fabric: FabricInfo) -> int:
+    """The healthMask a driver reporting ``fabric`` answers: only DEGRADED_BW where the node knows no more."""
+    problems = fabric.health_problems
+    mask = {True: 1, False: 2, None: 0}[fabric.degraded_bandwidth]
+    if problems is None:
+        return mask
+    mask = 0
+    for flag, name in _HEALTH_FLAGS:
+        bad = name in problems or (name == "degraded_bandwidth" and fabric.degraded_bandwidth is True)
+        mask |= C[f"{_HEALTH}_{flag}_{'TRUE' if bad else 'FALSE'}"] << C[f"{_HEALTH}_SHIFT_{flag}"]
+    config = next((p.split(":", 1)[1] for p in problems if p.startswith("incorrect_configuration:")), "none")
+    mask |= C[f"{_HEALTH}_INCORRECT_CONFIGURATION_{config.upper()}"] << C[f"{_HEALTH}_SHIFT_INCORRECT_CONFIGURATION"]
+    assigned = "FALSE" if "partition_not_assigned" in problems else "TRUE"
+    mask |= C[f"{_HEALTH}_PARTITION_ASSIGNED_{assigned}"] << C[f"{_HEALTH}_SHIFT_PARTITION_ASSIGNED"]
+    if "gfm_disconnected" in problems:  # single-node systems have no global fabric manager: NOT_SUPPORTED
+        mask |= C[f"{_HEALTH}_GFM_STATE_DISCONNECTED"] << C[f"{_HEALTH}_SHIFT_GFM_STATE"]
+    return int(mask)
+
+
+def _health_summary(fabric: FabricInfo) -> int:
+    name = fabric.health_summary
+    if name is None:
+        problems = fabric.health_problems or []
+        name = next((p.split(":", 1)[1] for p in problems if p.startswith("summary:")), "not_supported")
+    code: int = C[f"NVML_GPU_FABRIC_HEALTH_SUMMARY_{name.upper()}"]
+    return code
 
 
 def _pci_info(bus_id: str | None, device_id: int, gpu: Gpu | None) -> nvmlPciInfo_t:

@@ -34,6 +34,7 @@ from fake_nvml_api import (
     c_nvmlFieldValue_t,
     c_nvmlGpuFabricInfo_t,
     c_nvmlGpuFabricInfo_v2_t,
+    c_nvmlGpuFabricInfo_v3_t,
     c_nvmlGpuFabricInfoV_t,
     c_nvmlValue_t,
     nvmlExceptionClass,
@@ -55,6 +56,7 @@ __all__ = [
     "c_nvmlGpuFabricInfoV_t",
     "c_nvmlGpuFabricInfo_t",
     "c_nvmlGpuFabricInfo_v2_t",
+    "c_nvmlGpuFabricInfo_v3_t",
     "c_nvmlValue_t",
     "fake_sysfs_pci",
     "make_fake_pynvml",
@@ -82,12 +84,17 @@ def make_fake_pynvml(
     counter_lag_reads: int = 0,
     background_bytes_per_read: int = 0,
     aggregate_scope_fails: bool = False,
+    fabric_versions: Iterable[int] = (C["nvmlGpuFabricInfo_v2"], C["nvmlGpuFabricInfo_v3"]),
+    architectures: Mapping[int, int] | None = None,
 ) -> types.ModuleType:
     """A module that behaves like ``pynvml`` on the machine ``node`` describes.
 
     ``missing_functions`` raise NVMLError_FunctionNotFound (an older driver); ``absent_functions``
-    are not in the module at all (older bindings). ``nvml_order`` lists node GPU indices in NVML
-    enumeration order. ``lost_gpus`` are node GPU indices whose calls raise GpuIsLost.
+    are not in the module at all (older bindings; also struct names such as ``c_nvmlGpuFabricInfo_v3_t``).
+    ``fabric_versions`` are the fabric-info struct versions the driver accepts (R550: only v2);
+    ``architectures`` maps node GPU indices to the ``NVML_DEVICE_ARCH_*`` they answer. ``nvml_order``
+    lists node GPU indices in NVML enumeration order. ``lost_gpus`` are node GPU indices whose calls
+    raise GpuIsLost.
     The fake's state is ``module.fake_state``; ``module.add_traffic`` / ``add_copy`` advance the
     traffic counters and ``module.inject_error`` makes a function fail.
     """
@@ -108,6 +115,8 @@ def make_fake_pynvml(
         counter_lag_reads=counter_lag_reads,
         background_bytes_per_read=background_bytes_per_read,
         aggregate_scope_fails=aggregate_scope_fails,
+        fabric_versions=fabric_versions,
+        architectures=architectures,
     )
     module = types.ModuleType("pynvml", "Fake pynvml (tests/fake_pynvml.py)")
     module.__dict__.update(CONSTANTS)
@@ -116,6 +125,7 @@ def make_fake_pynvml(
         NVML_NVLINK_MAX_LINKS=max_links,
         c_nvmlGpuFabricInfo_t=c_nvmlGpuFabricInfo_t,
         c_nvmlGpuFabricInfo_v2_t=c_nvmlGpuFabricInfo_v2_t,
+        c_nvmlGpuFabricInfo_v3_t=c_nvmlGpuFabricInfo_v3_t,
         c_nvmlGpuFabricInfoV_t=c_nvmlGpuFabricInfoV_t,
     )
     for value in (NVMLError, nvmlExceptionClass, nvmlPciInfo_t, c_nvmlValue_t, c_nvmlFieldValue_t):

@@ -58,7 +58,9 @@ def test_whole_output_gives_inventory_pcie_and_fabric(tmp_path: Path) -> None:
         5,
         16,
     )
-    assert gpu.fabric == FabricInfo("completed", "success", 0, "00000000-0000-0000-0000-000000000000", False, "healthy")
+    assert gpu.fabric == FabricInfo(
+        "completed", "success", 0, "00000000-0000-0000-0000-000000000000", False, "healthy", health_problems=[]
+    )
     assert node.gpu_list is not None and node.gpu_list.complete
 
 
@@ -89,15 +91,30 @@ def test_whole_output_passes_inventory_pcie_and_fabric(pytester: pytest.Pytester
         (
             "Summary                       : Healthy",
             "Summary                       : Unhealthy",
-            "*GPU 2: fabric health summary is Unhealthy*",
+            "*GPU 2: fabric health reports summary:unhealthy although registration completed*",
         ),
         (
             "Bandwidth                     : Full",
             "Bandwidth                     : Degraded",
-            "*GPU 2: fabric reports degraded NVLink bandwidth*",
+            "*GPU 2: fabric health reports degraded_bandwidth although registration completed*",
+        ),
+        (
+            "Route Unhealthy               : False",
+            "Route Unhealthy               : True",
+            "*GPU 2: fabric health reports route_unhealthy although registration completed*",
+        ),
+        (
+            "Incorrect Configuration       : None",
+            "Incorrect Configuration       : Insufficient NVLinks",
+            "*GPU 2: fabric health reports incorrect_configuration:insufficient_nvlinks although*",
+        ),
+        (
+            "Access Timeout Recovery       : False",
+            "Access Timeout Recovery       : True",
+            "*GPU 2: fabric health reports access_timeout_recovery although registration completed*",
         ),
     ],
-    ids=["insufficient-resources", "in-progress", "unhealthy", "degraded"],
+    ids=["insufficient-resources", "in-progress", "unhealthy", "degraded", "route", "configuration", "timeout"],
 )
 def test_unhealthy_fabric_of_one_gpu_fails_it(pytester: pytest.Pytester, old: str, new: str, message: str) -> None:
     text = sample(SMI_Q)

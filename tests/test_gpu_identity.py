@@ -202,7 +202,7 @@ def test_fabric_health_summary_is_matched_without_regard_to_case(pytester: pytes
     path = _write(pytester, "unhealthy.json", document)
     result = pytester.runpytest(SUITE, f"--nvlink-replay={path}", "-k", "test_fabric")
     result.assert_outcomes(failed=1, passed=7, deselected=364)
-    assert _failure_text(result, "test_fabric[gpu2]").startswith("GPU 2: fabric health summary is Unhealthy")
+    assert _failure_text(result, "test_fabric[gpu2]").startswith("GPU 2: fabric health reports summary:unhealthy")
 
 
 def test_a_node_with_more_gpus_than_the_suite_fails_the_count(pytester: pytest.Pytester) -> None:

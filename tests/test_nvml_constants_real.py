@@ -23,6 +23,7 @@ from conftest import REPO, sample
 from fake_nvml_api import CONSTANTS, ERROR_CLASSES
 from fake_pynvml import make_fake_pynvml
 
+from pytest_nvlink.model import NVLINK5_ERROR_COUNTER_NAMES
 from pytest_nvlink.sources.evidence.parsers import nvlink as nvlink_parser
 from pytest_nvlink.sources.live import fields as nvml_fields
 from pytest_nvlink.sources.live.counters import read_traffic
@@ -146,6 +147,15 @@ FIELDS_READ = {
     "c_nvmlGpuFabricInfo_t": ("clusterUuid", "status", "cliqueId", "state"),
     "c_nvmlGpuFabricInfo_v2_t": ("version", "clusterUuid", "status", "cliqueId", "state", "healthMask"),
     "c_nvmlGpuFabricInfoV_t": ("version", "clusterUuid", "status", "cliqueId", "state", "healthMask"),
+    "c_nvmlGpuFabricInfo_v3_t": (
+        "version",
+        "clusterUuid",
+        "status",
+        "cliqueId",
+        "state",
+        "healthMask",
+        "healthSummary",
+    ),
     "nvmlPciInfo_t": ("busId", "busIdLegacy"),
 }
 
@@ -220,11 +230,49 @@ def test_the_fake_answers_every_field_id_the_probe_reads(real: types.ModuleType)
     node = load_snapshot(SNAPSHOTS / "h100-8gpu-healthy.json")
     fake = make_fake_pynvml(node)
     fake.nvmlInit()
+    nvlink5 = set(nvml_fields.NVLINK5_ERROR_FIELDS.values())  # Blackwell and later only
     ids = sorted(getattr(real, name) for name in _fields_read(real))
     answers = fake.nvmlDeviceGetFieldValues(fake.nvmlDeviceGetHandleByIndex(0), [(i, 0) for i in ids])
-    assert [(int(a.fieldId), int(a.nvmlReturn)) for a in answers] == [(i, real.NVML_SUCCESS) for i in ids]
+    hopper = [real.NVML_ERROR_NOT_SUPPORTED if i in nvlink5 else real.NVML_SUCCESS for i in ids]
+    assert [(int(a.fieldId), int(a.nvmlReturn)) for a in answers] == list(zip(ids, hopper, strict=True))
     count = next(a for a in answers if a.fieldId == real.NVML_FI_DEV_NVLINK_LINK_COUNT)
     assert count.value.uiVal == len(node.gpus[0].nvlinks or [])
+    for gpu in node.gpus:  # the same node as a B200 answers the NVLink 5 counters
+        gpu.name = "NVIDIA B200"
+        for link in gpu.nvlinks or []:
+            link.errors = dict.fromkeys(nvml_fields.NVLINK5_ERROR_FIELDS, 0)
+    blackwell = make_fake_pynvml(node)
+    blackwell.nvmlInit()
+    answers = blackwell.nvmlDeviceGetFieldValues(blackwell.nvmlDeviceGetHandleByIndex(0), [(i, 0) for i in ids])
+    assert {(int(a.fieldId), int(a.nvmlReturn)) for a in answers if a.fieldId in nvlink5} == {
+        (i, real.NVML_SUCCESS) for i in nvlink5
+    }
+
+
+def test_nvlink5_counters_and_architectures_have_the_real_names_and_values(real: types.ModuleType) -> None:
+    real_names = {
+        "symbol": "SYMBOL_ERRORS",
+        "effective": "EFFECTIVE_ERRORS",
+        "link_recovery": "LINK_RECOVERY_EVENTS",
+        "link_recovery_failed": "LINK_RECOVERY_FAILED_EVENTS",
+        "malformed_packet": "MALFORMED_PACKET_ERRORS",
+        "buffer_overrun": "BUFFER_OVERRUN_ERRORS",
+        "rcv": "RCV_ERRORS",
+        "rcv_remote": "RCV_REMOTE_ERRORS",
+        "rcv_general": "RCV_GENERAL_ERRORS",
+        "local_link_integrity": "LOCAL_LINK_INTEGRITY_ERRORS",
+    }
+    assert tuple(nvml_fields.NVLINK5_ERROR_FIELDS) == NVLINK5_ERROR_COUNTER_NAMES
+    for name, field_id in nvml_fields.NVLINK5_ERROR_FIELDS.items():
+        theirs = f"NVML_FI_DEV_NVLINK_COUNT_{real_names[name]}"
+        assert getattr(real, theirs) == field_id == CONSTANTS[theirs], name
+        assert fake_nvml_state._NVLINK5_ERROR_FIELDS[field_id] == name  # the fake answers the same counter
+    assert {real.NVML_DEVICE_ARCH_BLACKWELL, real.NVML_DEVICE_ARCH_RUBIN} == nvml_fields.NVLINK5_ARCHITECTURES
+    assert max(nvml_fields.DL_ARCHITECTURES) == real.NVML_DEVICE_ARCH_HOPPER
+    assert min(nvml_fields.DL_ARCHITECTURES) == real.NVML_DEVICE_ARCH_KEPLER
+    for name, value in CONSTANTS.items():
+        if name.startswith(("NVML_DEVICE_ARCH_", "NVML_FI_DEV_NVLINK_")):
+            assert getattr(real, name) == value, name
 
 
 def _layout(struct: type[ctypes.Structure | ctypes.Union]) -> list[tuple[str, int, int]]:

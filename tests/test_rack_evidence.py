@@ -167,7 +167,8 @@ def launcher_rack(variant: str) -> Node:
 
 def _probed_gpu(gpu: Any) -> Gpu:
     links = [NvLinkInfo(link, active=True, speed_gbps=GEN.LINK_GBPS) for link in range(GEN.LINKS)]
-    fabric = FabricInfo("completed", "success", gpu.clique, GEN.CLUSTER, False, "healthy")
+    # A tray's probe decodes the whole fabric health (v3 struct): healthy, no problem.
+    fabric = FabricInfo("completed", "success", gpu.clique, GEN.CLUSTER, False, "healthy", health_problems=[])
     return Gpu(
         index=gpu.local,
         name=GEN.NAME,

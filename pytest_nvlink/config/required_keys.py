@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pytest_nvlink.config.suites import Suite
 from pytest_nvlink.config.thresholds import Thresholds, error_run_key, error_total_key
 from pytest_nvlink.config.values import ConfigError
-from pytest_nvlink.model import ERROR_COUNTER_NAMES
+from pytest_nvlink.model import ERROR_COUNTER_NAMES, NVLINK5_ERROR_COUNTER_NAMES
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,13 @@ NVLINK_KEYS: tuple[str, ...] = (
     *(error_total_key(c) for c in ERROR_COUNTER_NAMES),
     *(error_run_key(c) for c in ERROR_COUNTER_NAMES),
 )
+# A set for NVLink 5 (nvlink.version >= 5) judges the NVLink 5 counters instead of the DL ones, which
+# nvml.h marks unsupported on Blackwell and later.
+NVLINK5_ERROR_KEYS: tuple[str, ...] = (
+    *(error_total_key(c) for c in NVLINK5_ERROR_COUNTER_NAMES),
+    *(error_run_key(c) for c in NVLINK5_ERROR_COUNTER_NAMES),
+)
+DL_ERROR_KEYS: tuple[str, ...] = NVLINK_KEYS[2:]
 P2P_KEYS: tuple[str, ...] = (
     "p2p.unidirectional_min_gbps",
     "p2p.bidirectional_min_gbps",
@@ -60,17 +67,27 @@ REQUIREMENTS: tuple[Requirement, ...] = (
 )
 
 
-def required_keys(suite: Suite) -> dict[str, str]:
-    """Every key the suite's shape requires, with the reason, in table order."""
+def required_keys(suite: Suite, nvlink_version: int | None = None) -> dict[str, str]:
+    """Every key the suite's shape requires, with the reason, in table order.
+
+    ``nvlink_version`` (the set's ``nvlink.version``) picks the NVLink error counters: 5 and later
+    have the NVLink 5 counters, earlier generations (and a set that does not say) the DL counters.
+    """
     needed: dict[str, str] = {}
     for requirement in REQUIREMENTS:
         if not requirement.applies(suite):
             continue
-        for key in requirement.keys:
+        for key in _keys_for_generation(requirement.keys, nvlink_version):
             ops = suite.measure.collectives if "{op}" in key else ("",)
             for op in ops:
                 needed.setdefault(key.format(op=op), requirement.because.format(op=op))
     return needed
+
+
+def _keys_for_generation(keys: tuple[str, ...], nvlink_version: int | None) -> tuple[str, ...]:
+    if nvlink_version is None or nvlink_version < 5 or not set(DL_ERROR_KEYS) <= set(keys):
+        return keys
+    return tuple(key for key in keys if key not in DL_ERROR_KEYS) + NVLINK5_ERROR_KEYS
 
 
 def check_nvlink_expected(suite: Suite, thresholds: Thresholds) -> None:
@@ -94,7 +111,7 @@ def check_required_keys(suite: Suite, thresholds: Thresholds) -> None:
     check_nvlink_expected(suite, thresholds)
     missing = {
         key: because
-        for key, because in required_keys(suite).items()
+        for key, because in required_keys(suite, _nvlink_version(thresholds)).items()
         if thresholds.get(key) is None and thresholds.waiver(key) is None
     }
     if not missing:
@@ -107,3 +124,8 @@ def check_required_keys(suite: Suite, thresholds: Thresholds) -> None:
         f"{because}, and threshold set {thresholds.describe()} neither sets nor waives it. Set it with a "
         f'`# Source:` comment, or waive it with a reason: [waive] "{first}" = "why it does not apply here"'
     )
+
+
+def _nvlink_version(thresholds: Thresholds) -> int | None:
+    version = thresholds.value("nvlink.version")
+    return version if isinstance(version, int) else None

@@ -18,7 +18,7 @@ from pytest_nvlink.config.values import boolean as _boolean
 from pytest_nvlink.config.values import int_range as _int_range
 from pytest_nvlink.config.values import number as _number
 from pytest_nvlink.config.values import text as _text
-from pytest_nvlink.model import ERROR_COUNTER_NAMES
+from pytest_nvlink.model import ALL_ERROR_COUNTER_NAMES, ERROR_COUNTER_NAMES, NVLINK5_ERROR_COUNTER_NAMES
 
 _COUNT = _int_range(0, 1 << 62)
 # Upper bounds are generous sanity limits (NVLink5 moves 900 GB/s per direction; DCGM's pcie plugin
@@ -37,6 +37,8 @@ RUN_LIMIT_KIND: dict[str, str] = {
     "crc_flit": "per_s_max",
     "crc_data": "per_s_max",
     "ecc_data": "run_max",
+    # NVLink 5: DCGM's health watch fails on any increase of each (test_health.py, nvlink5 error counters).
+    **dict.fromkeys(NVLINK5_ERROR_COUNTER_NAMES, "run_max"),
 }
 
 
@@ -67,7 +69,7 @@ THRESHOLD_SCHEMA: dict[str, Check] = {
     # At least 1: a copy moves at least its own bytes over the link it used.
     "p2p.nvlink_counter_fraction_max": _number(1.0, 100.0, low_allowed=True),
 }
-for _counter in ERROR_COUNTER_NAMES:
+for _counter in ALL_ERROR_COUNTER_NAMES:
     THRESHOLD_SCHEMA[error_total_key(_counter)] = _COUNT
     THRESHOLD_SCHEMA[error_run_key(_counter)] = _RATE_PER_S if RUN_LIMIT_KIND[_counter] == "per_s_max" else _COUNT
 for _op in COLLECTIVE_OPS:

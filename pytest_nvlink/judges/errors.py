@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from pytest_nvlink.config.thresholds import RUN_LIMIT_KIND, Threshold, Thresholds, error_run_key, error_total_key
-from pytest_nvlink.model import ERROR_COUNTER_NAMES, Gpu, Node, NvLinkInfo
+from pytest_nvlink.model import Gpu, Node, NvLinkInfo, error_counter_names_of
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, passed, unknown
 
 
@@ -50,17 +50,18 @@ def judge_error_counters(
     links = [link for link in gpu.nvlinks or [] if link.active is not False]
     run = node.error_window_s is not None or any(link.errors_run is not None for link in gpu.nvlinks or [])
     tally = _Tally([], [], [], [], [])
-    for counter in ERROR_COUNTER_NAMES:
+    counters = error_counter_names_of(gpu)  # NVLink 5 has its own counters, judged against its own keys
+    for counter in counters:
         _judge(tally, thresholds, counter, "total", links, window=None)
         if run:
             _judge(tally, thresholds, counter, "run", links, window=node.error_window_s)
-    props = base + _counter_properties(gpu, run, node.error_window_s, tally)
+    props = base + _counter_properties(gpu, counters, run, node.error_window_s, tally)
     what = f"the NVLink error counters of GPU {gpu.index}"
     if tally.impossible:
         return failed(
             f"GPU {gpu.index}: impossible NVLink error counter value(s): {'; '.join(tally.impossible)}; the "
             "source is damaged or mis-parsed, so the counters cannot be judged",
-            props + _summary_props(tally, thresholds),
+            props + _summary_props(tally, thresholds, counters),
         )
     # Errors that grew during this run say more than a total that may predate it: they lead the message.
     over = sorted((f for f in tally.findings if f.over), key=lambda f: f.scope != "run")
@@ -71,13 +72,15 @@ def judge_error_counters(
         return failed(
             f"GPU {gpu.index}: threshold set {thresholds.describe()} neither sets nor waives {keys}, so {what} "
             "cannot be judged; set them with a `# Source:` comment or waive them with a reason under [waive]",
-            props + _summary_props(tally, thresholds),
+            props + _summary_props(tally, thresholds, counters),
         )
     if tally.unread:
-        return unknown(what, f"not read: {'; '.join(tally.unread)}", props + _summary_props(tally, thresholds))
+        return unknown(
+            what, f"not read: {'; '.join(tally.unread)}", props + _summary_props(tally, thresholds, counters)
+        )
     if not tally.findings:
         reason = "every limit that applies is waived" + ("" if run else " and no increase during a run was recorded")
-        return unknown(what, f"nothing was judged: {reason}", props + _summary_props(tally, thresholds))
+        return unknown(what, f"nothing was judged: {reason}", props + _summary_props(tally, thresholds, counters))
     judged = "the increase during this run and the lifetime totals" if run else _totals_only(measured_here)
     waived = f"; waived: {', '.join(tally.waived_keys)}" if tally.waived_keys else ""
     return passed(f"GPU {gpu.index}: NVLink error counters within limits (judged: {judged}{waived})", props)
@@ -162,7 +165,7 @@ def _cause(first: Finding, tally: _Tally) -> str:
     )
 
 
-def _summary_props(tally: _Tally, thresholds: Thresholds) -> list[tuple[str, str]]:
+def _summary_props(tally: _Tally, thresholds: Thresholds, counters: tuple[str, ...]) -> list[tuple[str, str]]:
     """measured/expected and the first key involved, for a verdict that is not one limit exceeded."""
     measured = ", ".join(f"{f.counter} {f.scope} {f.value:g}" for f in tally.findings) or "unknown"
     expected = ", ".join(f"{f.counter} {f.scope} <= {f.limit.value:g}" for f in tally.findings)
@@ -175,7 +178,7 @@ def _summary_props(tally: _Tally, thresholds: Thresholds) -> list[tuple[str, str
     if tally.findings:
         limit = tally.findings[0].limit
         return [*props, ("threshold_key", limit.key), ("threshold_file", str(limit.file))]
-    key = (tally.missing_keys or tally.waived_keys or [error_total_key(ERROR_COUNTER_NAMES[0])])[0]
+    key = (tally.missing_keys or tally.waived_keys or [error_total_key(counters[0])])[0]
     waiver = thresholds.waiver(key)
     where = waiver.file if waiver is not None else thresholds.files[-1]
     return [*props, ("threshold_key", key), ("threshold_file", str(where))]
@@ -186,9 +189,11 @@ def _limit_props(finding: Finding) -> list[tuple[str, str]]:
     return measured_properties(finding.value, f"<= {finding.limit.value}", unit, finding.limit)
 
 
-def _counter_properties(gpu: Gpu, run: bool, window: float | None, tally: _Tally) -> list[tuple[str, str]]:
+def _counter_properties(
+    gpu: Gpu, counters: tuple[str, ...], run: bool, window: float | None, tally: _Tally
+) -> list[tuple[str, str]]:
     props: list[tuple[str, str]] = []
-    for counter in ERROR_COUNTER_NAMES:
+    for counter in counters:
         for scope, attribute in (("total", "errors"), ("run", "errors_run")):
             read = [getattr(link, attribute) or {} for link in gpu.nvlinks or []]
             values = [counters[counter] for counters in read if counter in counters]

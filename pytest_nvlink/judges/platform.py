@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pytest_nvlink.config.thresholds import Threshold
 from pytest_nvlink.judges.context import Context, gpu_properties, per_gpu
-from pytest_nvlink.model import Gpu
+from pytest_nvlink.model import FabricInfo, Gpu
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, not_applicable, passed, unknown
 
 
@@ -46,30 +46,22 @@ def fabric(ctx: Context, gpu: Gpu) -> Verdict:
             f"{ctx.node.driver_version or ''}".rstrip(),
             props,
         )
-    if info.degraded_bandwidth is None:
-        # Registration alone does not say the fabric runs at full bandwidth; an NVSwitch SKU needs the answer.
-        props.append(("fabric_degraded_bandwidth", "unknown"))
-        reason = ctx.node.unknown_reason(f"gpu{index}.fabric.degraded_bandwidth", "the source does not report it")
-        return unknown(
-            f"the NVSwitch fabric health of GPU {index} (registration completed)",
-            f"healthMask DEGRADED_BW unknown: {reason}; an NVSwitch system needs the answer ({threshold.where()}); "
-            "likely cause: a driver before R550 (no nvmlDeviceGetGpuFabricInfoV) — upgrade it or check the Fabric "
-            "Manager log for degraded links",
+    problems = fabric_health_problems(info)
+    if problems:
+        props.append(("fabric_health", ", ".join(problems)))
+        return failed(
+            f"GPU {index}: fabric health reports {', '.join(problems)} although registration completed "
+            f"({threshold.where()}); likely cause: NVSwitch links, routes or the fabric configuration unhealthy — "
+            "check the Fabric Health block of nvidia-smi -q and the Fabric Manager log",
             props,
         )
-    if info.degraded_bandwidth:
-        return failed(
-            f"GPU {index}: fabric reports degraded NVLink bandwidth (healthMask DEGRADED_BW) although "
-            f"registration completed ({threshold.where()}); likely cause: NVSwitch links down — check the Fabric "
-            "Manager log",
-            props,
-        )
-    # nvidia-smi prints "Unhealthy", the evidence reader lower-cases it; a snapshot holds what its writer wrote.
-    if (info.health_summary or "").strip().lower() == "unhealthy":
-        return failed(
-            f"GPU {index}: fabric health summary is Unhealthy although registration completed ({threshold.where()}); "
-            "likely cause: NVSwitch routes or links unhealthy — check the Health block of nvidia-smi -q and the "
-            "Fabric Manager log",
+    if not fabric_health_known(info):
+        # The registration is what the driver reports; its age is no fault of the GPU, so the health that
+        # drivers before R550 cannot report is recorded as an unknown instead of failing every GPU.
+        reason = ctx.node.unknown_reason(f"gpu{index}.fabric.health", "the source does not report fabric health")
+        props += [("fabric_health", "unknown"), ("fabric_health_reason", reason)]
+        return passed(
+            f"GPU {index}: fabric registration completed; fabric health unknown ({reason}) — recorded as an unknown",
             props,
         )
     return passed(f"GPU {index}: fabric registration completed", props)
@@ -132,3 +124,24 @@ def _pcie_below(gpu: Gpu, gen_t: Threshold | None, width_t: Threshold | None) ->
     if gen_t is not None and gpu.pcie_gen_max is not None and gpu.pcie_gen_max < gen_t.value:
         return "generation capability of GPU and slot", f"Gen{gpu.pcie_gen_max}", gen_t
     return None
+
+
+def fabric_health_problems(info: FabricInfo) -> list[str]:
+    """Every unhealthy item the source reports: the decoded health, DEGRADED_BW and the summary, once each."""
+    problems = list(info.health_problems or [])
+    if info.degraded_bandwidth and "degraded_bandwidth" not in problems:
+        problems.append("degraded_bandwidth")
+    # nvidia-smi prints "Unhealthy", the evidence reader lower-cases it; a snapshot holds what its writer wrote.
+    summary = (info.health_summary or "").strip().lower() or None
+    if summary not in (None, "healthy", "not_supported") and f"summary:{summary}" not in problems:
+        problems.append(f"summary:{summary}")
+    return problems
+
+
+def fabric_health_known(info: FabricInfo) -> bool:
+    """Whether the source reports any fabric health at all (None everywhere: a driver before R550)."""
+    return (
+        info.health_problems is not None
+        or info.degraded_bandwidth is not None
+        or (info.health_summary or "").strip().lower() not in ("", "not_supported")
+    )

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from pytest_nvlink.model import ERROR_COUNTER_NAMES, Node, NvLinkInfo
+from pytest_nvlink.model import Node, NvLinkInfo, link_error_counter_names
 from pytest_nvlink.sources.live.counters import read_link_errors
 from pytest_nvlink.sources.live.fields import import_pynvml, nvml_reason
 
@@ -181,7 +181,7 @@ def _add_increase(
     """Add this campaign's increase to ``link.errors_run``; a counter unreadable in any campaign is dropped."""
     first = link.errors_run is None
     total = dict(link.errors_run or {})
-    for name in ERROR_COUNTER_NAMES:
+    for name in _counter_names(link, start, end):
         reason_key = f"{key}.errors_run.{name}"
         if not first and name not in total:
             continue  # already unknown from an earlier campaign
@@ -196,3 +196,9 @@ def _add_increase(
         else:
             node.unknown_reasons.setdefault(reason_key, "not readable before and after the campaign")
     link.errors_run = total
+
+
+def _counter_names(link: NvLinkInfo, start: dict[str, int], end: dict[str, int]) -> tuple[str, ...]:
+    """The counters this link has: the set it answered, else its generation's (NVLink 5 or DL)."""
+    answered = {**start, **end}
+    return link_error_counter_names([(link.version, link.errors, link.errors_run), (None, answered, None)])

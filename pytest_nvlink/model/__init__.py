@@ -14,7 +14,23 @@ from typing import TypeVar
 
 # Path classes as nvidia-smi topo -m prints them, best first; NV# is handled separately.
 PCIE_PATH_CLASSES: tuple[str, ...] = ("PIX", "PXB", "PHB", "NODE", "SYS")
+# NVLink error counters up to NVLink 4 (Hopper): NVML's data-link (DL) counters.
 ERROR_COUNTER_NAMES: tuple[str, ...] = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")
+# NVLink 5 (Blackwell and later), where nvml.h marks the DL fields unsupported: the NVML_FI_DEV_NVLINK_COUNT_*
+# error fields DCGM's NVLink health watch judges there, and failed link recoveries (the link went down).
+NVLINK5_ERROR_COUNTER_NAMES: tuple[str, ...] = (
+    "symbol",
+    "effective",
+    "link_recovery",
+    "link_recovery_failed",
+    "malformed_packet",
+    "buffer_overrun",
+    "rcv",
+    "rcv_remote",
+    "rcv_general",
+    "local_link_integrity",
+)
+ALL_ERROR_COUNTER_NAMES: tuple[str, ...] = ERROR_COUNTER_NAMES + NVLINK5_ERROR_COUNTER_NAMES
 P2P_CAPABILITIES: tuple[str, ...] = ("read", "write", "nvlink", "atomics")
 
 R = TypeVar("R")
@@ -64,7 +80,7 @@ class NvLinkInfo:
     speed_gbps: float | None = None  # per direction, GB/s = 1e9 bytes/s
     remote_type: str | None = None  # "gpu" | "switch" | "ibmnpu" | "unknown"
     remote_pci_bus_id: str | None = None
-    errors: dict[str, int] | None = None  # keys from ERROR_COUNTER_NAMES
+    errors: dict[str, int] | None = None  # keys from ERROR_COUNTER_NAMES, or NVLINK5_ERROR_COUNTER_NAMES on NVLink 5
     errors_run: dict[str, int] | None = None
 
 
@@ -78,6 +94,10 @@ class FabricInfo:
     cluster_uuid: str | None = None
     degraded_bandwidth: bool | None = None
     health_summary: str | None = None  # nvidia-smi -q Fabric Health Summary: "healthy", "unhealthy", ...
+    # Every unhealthy item of the decoded health mask and summary ("route_unhealthy",
+    # "incorrect_configuration:insufficient_nvlinks", "summary:unhealthy", ...); [] healthy; None: the
+    # source reports no health (a driver before R550, an nvidia-smi -q without the Health block).
+    health_problems: list[str] | None = None
 
 
 @dataclass
@@ -121,6 +141,29 @@ class Gpu:
         if self.nvlinks is None or any(link.active is None for link in self.nvlinks):
             return None
         return sum(1 for link in self.nvlinks if link.active)
+
+
+def error_counter_names_of(gpu: Gpu) -> tuple[str, ...]:
+    """The NVLink error counters a GPU has, by what its source read, else by its links' generation.
+
+    NVLink 5 (Blackwell and later) has its own set; NVLink 1-4 the DL set. A source that read either
+    set decides; where it read none, NVLink 5 links mean the NVLink 5 set.
+    """
+    return link_error_counter_names([(link.version, link.errors, link.errors_run) for link in gpu.nvlinks or []])
+
+
+def link_error_counter_names(
+    links: list[tuple[int | None, dict[str, int] | None, dict[str, int] | None]],
+) -> tuple[str, ...]:
+    """As :func:`error_counter_names_of`, from ``(version, errors, errors_run)`` of each link."""
+    read = {name for _, errors, run in links for name in (*(errors or {}), *(run or {}))}
+    if read & set(NVLINK5_ERROR_COUNTER_NAMES):
+        return NVLINK5_ERROR_COUNTER_NAMES
+    if read & set(ERROR_COUNTER_NAMES):
+        return ERROR_COUNTER_NAMES
+    if any((version or 0) >= 5 for version, _, _ in links):
+        return NVLINK5_ERROR_COUNTER_NAMES
+    return ERROR_COUNTER_NAMES
 
 
 @dataclass(slots=True)

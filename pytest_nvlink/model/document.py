@@ -45,9 +45,20 @@ _TABLES: tuple[tuple[tuple[str, ...], type[Any]], ...] = (
 )
 
 
+# Optional fields added after schema 3 was published, written only when known: files of nodes whose
+# sources do not know them stay as they were (readers default a missing optional field to None).
+_WRITTEN_WHEN_KNOWN: tuple[str, ...] = ("health_problems",)
+
+
 def node_to_dict(node: Node) -> dict[str, Any]:
     """The node as plain JSON values, every list of records a list (the results record's form)."""
-    return dataclasses.asdict(node)
+    data = dataclasses.asdict(node)
+    for gpu in data["gpus"]:
+        fabric = gpu.get("fabric")
+        for name in _WRITTEN_WHEN_KNOWN:
+            if fabric is not None and fabric.get(name, 0) is None:
+                del fabric[name]
+    return data
 
 
 def snapshot_document(node: Node) -> dict[str, Any]:

@@ -8,6 +8,7 @@ names them once more in the terminal summary.
 from __future__ import annotations
 
 from pytest_nvlink.config.thresholds import Thresholds
+from pytest_nvlink.judges.platform import fabric_health_known
 from pytest_nvlink.model import Node
 
 
@@ -18,13 +19,16 @@ def recorded_unknowns(node: Node, thresholds: Thresholds) -> list[str]:
     if expects_links and node.nvlink_bw_mode is None and node.gpus:
         reason = node.unknown_reason("nvlink_bw_mode", "the source does not report it")
         lines.append(f"NVLink bandwidth mode unknown ({reason}): a reduced system mode could not be excluded")
-    unhealthy = [
+    unreported = [
         gpu.index
         for gpu in node.gpus
-        if gpu.fabric is not None and gpu.fabric.state == "completed" and gpu.fabric.degraded_bandwidth is None
+        if gpu.fabric is not None and gpu.fabric.state == "completed" and not fabric_health_known(gpu.fabric)
     ]
-    if unhealthy and thresholds.value("fabric.required", False) is True:
-        lines.append(f"fabric health (degraded bandwidth) unknown on GPU(s) {_indices(unhealthy)}")
+    if unreported and thresholds.value("fabric.required", False) is True:
+        reason = node.unknown_reason(f"gpu{unreported[0]}.fabric.health", "the source does not report it")
+        lines.append(
+            f"fabric health unknown on GPU(s) {_indices(unreported)} ({reason}); registration alone was judged"
+        )
     unread = sorted({key.split(".", 1)[0] for key in node.unknown_reasons if ".errors_run" in key})
     if unread and node.error_window_s is not None:
         lines.append(f"NVLink error counters not read around the campaign on {', '.join(unread)} (see unknown reasons)")

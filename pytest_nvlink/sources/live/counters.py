@@ -20,7 +20,6 @@ from pytest_nvlink.sources.live.fields import (
     FI_NVLINK_THROUGHPUT_DATA_TX,
     FI_PCIE_COUNT_RX_BYTES,
     FI_PCIE_COUNT_TX_BYTES,
-    NVLINK_ERROR_COUNTERS,
     NVML_ERROR_NO_PERMISSION,
     SCOPE_ALL_LINKS,
     FieldReading,
@@ -29,6 +28,7 @@ from pytest_nvlink.sources.live.fields import (
     nvml_reason,
     read_fields,
 )
+from pytest_nvlink.sources.live.link_errors import counter_set, read_link_errors_of
 
 NO_PERMISSION_NOTE = "NVML counters need admin (RmProfilingAdminOnly)"
 
@@ -227,16 +227,27 @@ def read_link_errors(
 ) -> tuple[dict[int, dict[str, int]], dict[str, str]]:
     """Every NVLink error counter of the given links: ``({link: {counter: value}}, {"nvlink7.replay": why})``.
 
-    A counter that cannot be read is left out and its reason returned; reading never raises.
+    The counters are the set the GPU's architecture has (the DL set up to Hopper, the NVLink 5 set on
+    Blackwell and later). A counter that cannot be read is left out and its reason returned; reading
+    never raises.
     """
     values: dict[int, dict[str, int]] = {}
     reasons: dict[str, str] = {}
+    links = list(links)
+    try:
+        family = counter_set(nvml, handle) if links else None
+    except nvml.NVMLError as exc:  # GpuIsLost: every counter of the GPU is unreadable
+        return {link: {} for link in links}, {f"nvlink{link}.errors": nvml_reason(exc) for link in links}
     for link in links:
-        counters: dict[str, int] = {}
-        for name, counter in NVLINK_ERROR_COUNTERS.items():
-            try:
-                counters[name] = int(nvml.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter))
-            except nvml.NVMLError as exc:
-                reasons[f"nvlink{link}.{name}"] = nvml_reason(exc)
-        values[link] = counters
+        try:
+            result = read_link_errors_of(nvml, handle, link, family)
+        except nvml.NVMLError as exc:
+            values[link] = {}
+            reasons[f"nvlink{link}.errors"] = nvml_reason(exc)
+            continue
+        values[link] = result.values
+        unread = {**result.unsupported, **result.failures}
+        reasons.update({f"nvlink{link}.{name}": why for name, why in unread.items()})
+        if not result.values:
+            reasons[f"nvlink{link}.errors"] = result.reason
     return values, reasons

@@ -31,6 +31,36 @@ FI_NVLINK_GET_SPEED = 164  # MBps, scopeId = link
 FI_PCIE_COUNT_TX_BYTES = 197  # bytes, cumulative, may wrap
 FI_PCIE_COUNT_RX_BYTES = 198
 SCOPE_ALL_LINKS = 0xFFFFFFFF
+# NVLink 5 error counters (nvml.h NVML_FI_DEV_NVLINK_COUNT_*, scopeId = link), cumulative since driver load.
+FI_NVLINK_COUNT_MALFORMED_PACKET_ERRORS = 206
+FI_NVLINK_COUNT_BUFFER_OVERRUN_ERRORS = 207
+FI_NVLINK_COUNT_RCV_ERRORS = 208
+FI_NVLINK_COUNT_RCV_REMOTE_ERRORS = 209
+FI_NVLINK_COUNT_RCV_GENERAL_ERRORS = 210
+FI_NVLINK_COUNT_LOCAL_LINK_INTEGRITY_ERRORS = 211
+FI_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS = 214
+FI_NVLINK_COUNT_LINK_RECOVERY_EVENTS = 215
+FI_NVLINK_COUNT_EFFECTIVE_ERRORS = 219
+FI_NVLINK_COUNT_SYMBOL_ERRORS = 221
+# model.NVLINK5_ERROR_COUNTER_NAMES key -> field id.
+NVLINK5_ERROR_FIELDS: dict[str, int] = {
+    "symbol": FI_NVLINK_COUNT_SYMBOL_ERRORS,
+    "effective": FI_NVLINK_COUNT_EFFECTIVE_ERRORS,
+    "link_recovery": FI_NVLINK_COUNT_LINK_RECOVERY_EVENTS,
+    "link_recovery_failed": FI_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS,
+    "malformed_packet": FI_NVLINK_COUNT_MALFORMED_PACKET_ERRORS,
+    "buffer_overrun": FI_NVLINK_COUNT_BUFFER_OVERRUN_ERRORS,
+    "rcv": FI_NVLINK_COUNT_RCV_ERRORS,
+    "rcv_remote": FI_NVLINK_COUNT_RCV_REMOTE_ERRORS,
+    "rcv_general": FI_NVLINK_COUNT_RCV_GENERAL_ERRORS,
+    "local_link_integrity": FI_NVLINK_COUNT_LOCAL_LINK_INTEGRITY_ERRORS,
+}
+# nvmlDeviceArchitecture_t: Blackwell and later carry NVLink 5+ and its counters; Kepler..Hopper the DL set.
+DEVICE_ARCH_HOPPER = 9
+DEVICE_ARCH_BLACKWELL = 10
+DEVICE_ARCH_RUBIN = 13
+NVLINK5_ARCHITECTURES: frozenset[int] = frozenset({DEVICE_ARCH_BLACKWELL, DEVICE_ARCH_RUBIN})
+DL_ARCHITECTURES: frozenset[int] = frozenset(range(2, DEVICE_ARCH_HOPPER + 1))
 
 # nvmlValueType_t -> the member of the c_nvmlValue_t union that holds the value.
 _VALUE_MEMBERS: dict[int, str] = {
@@ -85,6 +115,37 @@ FABRIC_HEALTH_DEGRADED_BW_SHIFT = 0
 FABRIC_HEALTH_DEGRADED_BW_WIDTH = 0x3
 FABRIC_HEALTH_DEGRADED_BW_TRUE = 1
 FABRIC_HEALTH_DEGRADED_BW_FALSE = 2
+# Every field of the fabric healthMask (nvml.h NVML_GPU_FABRIC_HEALTH_MASK_*): name, shift, width, and
+# value -> problem name (None: healthy). 0 is NOT_SUPPORTED in every field; a value not listed is a problem.
+FABRIC_HEALTH_FIELDS: tuple[tuple[str, int, int, dict[int, str | None]], ...] = (
+    ("degraded_bandwidth", 0, 0x3, {1: "degraded_bandwidth", 2: None}),
+    ("route_recovery", 2, 0x3, {1: "route_recovery", 2: None}),
+    ("route_unhealthy", 4, 0x3, {1: "route_unhealthy", 2: None}),
+    ("access_timeout_recovery", 6, 0x3, {1: "access_timeout_recovery", 2: None}),
+    (
+        "incorrect_configuration",
+        8,
+        0xF,
+        {
+            1: None,  # NONE
+            2: "incorrect_configuration:incorrect_sysguid",
+            3: "incorrect_configuration:incorrect_chassis_sn",
+            4: "incorrect_configuration:no_partition",
+            5: "incorrect_configuration:insufficient_nvlinks",
+            6: "incorrect_configuration:incompatible_gpu_fw",
+            7: "incorrect_configuration:invalid_location",
+            8: "incorrect_configuration:gpu_state_invalid",
+        },
+    ),
+    # PARTITION_ASSIGNED replaced INCORRECT_CONFIGURATION_NO_PARTITION: a GPU in no partition has no NVLink peers.
+    ("partition_assigned", 12, 0x3, {1: None, 2: "partition_not_assigned"}),
+    # The global fabric manager (multi-node NVLink) lost: routes can no longer be recovered.
+    ("gfm_state", 14, 0x3, {1: None, 2: "gfm_disconnected"}),
+)
+# nvmlGpuFabricInfo_v3_t.healthSummary (NVML_GPU_FABRIC_HEALTH_SUMMARY_*); 0 = NOT_SUPPORTED.
+FABRIC_HEALTH_SUMMARIES: dict[int, str] = {1: "healthy", 2: "unhealthy", 3: "limited_capacity"}
+FABRIC_INFO_V2 = 0x02000024  # nvmlGpuFabricInfo_v2: NVML_STRUCT_VERSION(GpuFabricInfo, 2), sizeof 0x24
+FABRIC_INFO_V3 = 0x03000028  # nvmlGpuFabricInfo_v3, sizeof 0x28 (adds healthSummary)
 
 NVLINK_BW_MODES: dict[int, str] = {0: "full", 1: "off", 2: "min", 3: "half", 4: "3quarter"}
 

@@ -11,7 +11,6 @@ from pytest_nvlink.sources.live.fields import (
     FI_NVLINK_LINK_COUNT,
     FI_NVLINK_SPEED_MBPS_COMMON,
     FI_NVLINK_SPEED_MBPS_PER_LINK,
-    NVLINK_ERROR_COUNTERS,
     NVLINK_REMOTE_TYPES,
     NVLINK_VERSION_TO_GENERATION,
     FieldReading,
@@ -20,6 +19,7 @@ from pytest_nvlink.sources.live.fields import (
     nvml_reason,
     read_fields,
 )
+from pytest_nvlink.sources.live.link_errors import counter_set, read_link_errors_of
 
 NVML_FEATURE_ENABLED = 1
 # Links to try when the driver does not report its link count; older bindings say 18.
@@ -46,6 +46,8 @@ class LinkReader:
         self.reasons = prober.node.unknown_reasons
         self.key = key
         self.handle = handle
+        self.counter_set: str | None = None  # asked once, at the first active link
+        self.asked_counter_set = False
 
     def read(self) -> list[NvLinkInfo]:
         count = self._link_count()
@@ -147,22 +149,15 @@ class LinkReader:
         link.errors = self._errors(key, link.link)
 
     def _errors(self, key: str, number: int) -> dict[str, int] | None:
-        errors: dict[str, int] = {}
-        reason = "no error counter is supported"
-        for name, counter in NVLINK_ERROR_COUNTERS.items():
-            try:
-                errors[name] = int(self.nvml.nvmlDeviceGetNvLinkErrorCounter(self.handle, number, counter))
-            except self.nvml.NVMLError_GpuIsLost:
-                raise
-            except self.nvml.NVMLError_NotSupported as exc:
-                reason = nvml_reason(exc)  # this counter does not exist here: leave its key out
-            except self.nvml.NVMLError as exc:
-                reason = nvml_reason(exc)
-                self.reasons[f"{key}.errors.{name}"] = reason
-        if not errors:
-            self.reasons[f"{key}.errors"] = reason
+        if not self.asked_counter_set:
+            self.counter_set, self.asked_counter_set = counter_set(self.nvml, self.handle), True
+        result = read_link_errors_of(self.nvml, self.handle, number, self.counter_set)
+        for name, reason in result.failures.items():
+            self.reasons[f"{key}.errors.{name}"] = reason
+        if not result.values:
+            self.reasons[f"{key}.errors"] = result.reason
             return None
-        return errors
+        return result.values
 
 
 def _legacy_speed_field(link: NvLinkInfo) -> tuple[int, int]:

@@ -13,18 +13,13 @@ import importlib
 import itertools
 import socket
 import types
-import uuid as uuid_module
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
-from pytest_nvlink.model import FabricInfo, Gpu, Node, NvLinkInfo, P2PStatus, PairPath, normalize_pci_bus_id
+from pytest_nvlink.model import Gpu, Node, NvLinkInfo, P2PStatus, PairPath, normalize_pci_bus_id
+from pytest_nvlink.sources.live.fabric import read_fabric
 from pytest_nvlink.sources.live.fields import (
-    FABRIC_HEALTH_DEGRADED_BW_FALSE,
-    FABRIC_HEALTH_DEGRADED_BW_SHIFT,
-    FABRIC_HEALTH_DEGRADED_BW_TRUE,
-    FABRIC_HEALTH_DEGRADED_BW_WIDTH,
-    FABRIC_STATES,
     NVLINK_BW_MODES,
     P2P_INDEX,
     P2P_STATUS_NAMES,
@@ -33,7 +28,6 @@ from pytest_nvlink.sources.live.fields import (
     FieldReading,
     bus_id_of,
     import_pynvml,
-    nvml_error_name,
     nvml_reason,
     raw_bus_id,
     read_fields,
@@ -262,7 +256,7 @@ class _Prober:
             if value is not None:
                 setattr(gpu, attribute, convert(value))
         gpu.numa_node = self._cpu_numa_node(key, gpu.pci_bus_id)
-        gpu.fabric = self._fabric(key, handle)
+        gpu.fabric = read_fabric(self.nvml, handle, key, self.node.unknown_reasons)
         gpu.nvlinks = LinkReader(self, key, handle).read()
 
     def _cpu_numa_node(self, key: str, bus_id: str | None) -> int | None:
@@ -280,53 +274,6 @@ class _Prober:
             self.node.unknown_reasons[f"{key}.numa_node"] = f"{path} says -1 (no NUMA affinity)"
             return None
         return value
-
-    def _fabric(self, key: str, handle: Any) -> FabricInfo | None:
-        nvml = self.nvml
-        reason = "nvidia-ml-py has no GPU fabric call"
-        # The V call is current; the plain one is deprecated but all that drivers before R550 have.
-        for function, struct_name in (
-            ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
-            ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t"),
-        ):
-            fn, struct_type = getattr(nvml, function, None), getattr(nvml, struct_name, None)
-            if fn is None or struct_type is None:
-                continue
-            info = struct_type()
-            try:
-                fn(handle, ctypes.byref(info))  # the wrapper passes the pointer straight to C
-            except nvml.NVMLError_NotSupported:
-                return FabricInfo(state="not_supported")
-            except (nvml.NVMLError_FunctionNotFound, nvml.NVMLError_ArgumentVersionMismatch) as exc:
-                reason = nvml_reason(exc)
-                continue
-            except nvml.NVMLError_GpuIsLost:
-                raise
-            except nvml.NVMLError as exc:
-                reason = nvml_reason(exc)
-                break
-            return self._fabric_from(key, info)
-        self.node.unknown_reasons[f"{key}.fabric"] = reason
-        return None
-
-    def _fabric_from(self, key: str, info: Any) -> FabricInfo:
-        state = FABRIC_STATES.get(int(info.state), f"unknown({info.state})")
-        if state != "completed":
-            return FabricInfo(state=state)  # status "must be checked only if state returns complete"
-        health_mask = getattr(info, "healthMask", None)
-        if _degraded_bandwidth(health_mask) is None:
-            self.node.unknown_reasons[f"{key}.fabric.degraded_bandwidth"] = (
-                "the fabric info has no healthMask (nvmlDeviceGetGpuFabricInfo v1, driver before R550)"
-                if health_mask is None
-                else f"healthMask {int(health_mask):#x} does not state DEGRADED_BW"
-            )
-        return FabricInfo(
-            state=state,
-            status=nvml_error_name(self.nvml, int(info.status)),
-            clique_id=int(info.cliqueId),
-            cluster_uuid=_cluster_uuid(bytes(info.clusterUuid)),
-            degraded_bandwidth=_degraded_bandwidth(getattr(info, "healthMask", None)),
-        )
 
     # --- pairs ---------------------------------------------------------------------------------
 
@@ -391,24 +338,6 @@ class _Prober:
             self.node.unknown_reasons[key] = nvml_reason(exc)
             return None
         return P2P_STATUS_NAMES.get(code, f"unknown({code})")
-
-
-def _cluster_uuid(raw: bytes) -> str | None:
-    """The fabric cluster UUID, or None when all zero (no multi-node NVLink domain)."""
-    if len(raw) != 16 or not any(raw):
-        return None
-    return str(uuid_module.UUID(bytes=raw))
-
-
-def _degraded_bandwidth(health_mask: Any) -> bool | None:
-    if health_mask is None:
-        return None  # v1 struct: no health mask
-    bits = (int(health_mask) >> FABRIC_HEALTH_DEGRADED_BW_SHIFT) & FABRIC_HEALTH_DEGRADED_BW_WIDTH
-    if bits == FABRIC_HEALTH_DEGRADED_BW_TRUE:
-        return True
-    if bits == FABRIC_HEALTH_DEGRADED_BW_FALSE:
-        return False
-    return None
 
 
 # --- CUDA order --------------------------------------------------------------------------------

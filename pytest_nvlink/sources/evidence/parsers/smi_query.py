@@ -288,7 +288,35 @@ def _fabric(gpu: SmiGpu) -> FabricInfo | None:
         cluster_uuid=gpu.get("cluster_uuid"),
         degraded_bandwidth=True if "degraded" in bandwidth else False if bandwidth == "full" else None,
         health_summary=_snake(gpu.get("health_summary") or "") or None,
+        health_problems=_health_problems(gpu),
     )
+
+
+# Health block flags printed True/False (True is the problem), named as the live probe decodes NVML's mask.
+_HEALTH_FLAGS = {
+    "health_route_recovery": "route_recovery",
+    "health_route_unhealthy": "route_unhealthy",
+    "health_access_timeout": "access_timeout_recovery",
+}
+
+
+def _health_problems(gpu: SmiGpu) -> list[str] | None:
+    """The Health block as the model's decoded fabric health; None where the block says nothing."""
+    values = {key: _snake(gpu.get(key) or "") for key in (*_HEALTH_FLAGS, "health_bandwidth", "health_summary")}
+    values["config"] = _snake(gpu.get("health_incorrect_configuration") or "")
+    values["partition"] = _snake(gpu.get("health_partition_assigned") or "")
+    if not any(values.values()):
+        return None
+    problems = [name for key, name in _HEALTH_FLAGS.items() if values[key] not in ("", "false", "not_supported")]
+    if "degraded" in values["health_bandwidth"]:
+        problems.insert(0, "degraded_bandwidth")
+    if values["config"] not in ("", "none", "not_supported"):
+        problems.append(f"incorrect_configuration:{values['config']}")
+    if values["partition"] == "false":
+        problems.append("partition_not_assigned")
+    if values["health_summary"] not in ("", "healthy", "not_supported"):
+        problems.append(f"summary:{values['health_summary']}")
+    return problems
 
 
 FORMAT = register(
