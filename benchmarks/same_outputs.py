@@ -59,6 +59,8 @@ _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^(rootdir|plugins|configfile|cachedir): .*$", re.M), r"\1: <masked>"),
     (re.compile(r'"plugin_version": "[^"]*"'), '"plugin_version": "<v>"'),
     (re.compile(r'hostname="[^"]*"'), 'hostname="<h>"'),
+    # pytest pads its closing line with "=" to the terminal's width, so its length follows the duration's.
+    (re.compile(r"^=+ (.*?) =+$", re.M), r"== \1 =="),
     # pytest names the source line of a skip call: where the plugin's code sits, not what it says.
     (re.compile(r"\S*pytest_nvlink/[\w/]+\.py:\d+"), "<plugin source line>"),
 )
