@@ -21,7 +21,7 @@ from conftest import SNAPSHOTS, as_recorded, topo_p2p_text
 from pytest_nvlink.config.suites import load_suite
 from pytest_nvlink.config.thresholds import Waiver, load_thresholds
 from pytest_nvlink.core.values import value_problems
-from pytest_nvlink.judges import baseline, bandwidth, collectives, nvlink, platform, rack
+from pytest_nvlink.judges import bandwidth, baseline, collectives, nvlink, platform, rack
 from pytest_nvlink.judges.baseline_match import Baseline
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.judges.groups import PairSet, combine
@@ -154,7 +154,9 @@ def test_a_negative_error_counter_is_impossible_not_within_limits(scope: str) ->
     verdict = nvlink.nvlink_errors(ctx, 0)
     assert verdict.outcome is Outcome.FAIL, verdict.message
     assert "impossible NVLink error counter value(s): link 1 replay -1" in verdict.message
-    assert value_problems(ctx.node.gpus[0]) == [(f"nvlinks[1].{scope}.replay", "-1 is impossible here (must not be negative)")]
+    assert value_problems(ctx.node.gpus[0]) == [
+        (f"nvlinks[1].{scope}.replay", "-1 is impossible here (must not be negative)")
+    ]
 
 
 def test_an_error_rate_over_a_window_of_no_length_is_not_judged_as_a_rate() -> None:

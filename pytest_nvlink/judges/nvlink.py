@@ -147,7 +147,11 @@ def nvlink_speed(ctx: Context, gpu: Gpu) -> Verdict:
             props,
         )
     # "not at or above the floor": a NaN speed compares false either way, and an infinite one is no speed.
-    slow = [link.link for link in active if link.speed_gbps is not None and not threshold.value <= link.speed_gbps < math.inf]
+    slow = [
+        link.link
+        for link in active
+        if link.speed_gbps is not None and not threshold.value <= link.speed_gbps < math.inf
+    ]
     if slow:
         return failed(
             f"GPU {index}: link(s) {', '.join(map(str, slow))} run at {slowest:.3f} GB/s, below "
