@@ -290,7 +290,9 @@ READS = (
 )
 
 
-def _p2p_figures(tmp_path: Path, variant: str, zero_one: str = "301.00", one_zero: str = "302.00") -> dict:
+def _p2p_figures(
+    tmp_path: Path, variant: str, zero_one: str = "301.00", one_zero: str = "302.00"
+) -> dict[tuple[int, int], P2PMeasurement]:
     path = tmp_path / f"p2p{len(variant)}.txt"
     path.write_text(READS.format(variant=variant, zero_one=zero_one, one_zero=one_zero), encoding="utf-8")
     node = load_evidence([path])

@@ -93,7 +93,8 @@ def _link(thresholds: Thresholds, number: int) -> NvLinkInfo:
 
 
 def _recorded(verdict: Verdict, ctx: Context) -> Outcome:
-    return as_recorded(verdict, ctx).outcome  # an UNKNOWN counts as the run would count it (here: a failure)
+    outcome: Outcome = as_recorded(verdict, ctx).outcome
+    return outcome  # an UNKNOWN counts as the run would count it (here: a failure)
 
 
 # --- probes: one node at the given setting, judged ------------------------------------------------------------
