@@ -6,6 +6,7 @@ snapshot, parsed tool output), so re-judging a saved run against other threshold
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -59,6 +60,13 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
         reason = (m.error if m is not None and m.error else None) or "no measurement recorded"
         what = f"the {kind} P2P {_what(kind)} GPU {src} -> GPU {dst}"
         return unknown(what, reason, _figure_props(ctx, (src, dst), kind, m, threshold))
+    if not 0 < value < math.inf:  # NaN, infinity, a figure of no time: a broken timing must not pass a bound
+        return failed(
+            f"GPU {src} -> GPU {dst}: {_label(kind)} {value} {unit} is not a possible figure, so it is not judged "
+            f"against {threshold.where()}; likely cause: the timing is broken (a copy of no duration, a failed "
+            "measurement recorded as a figure) or the source is damaged — rerun",
+            _figure_props(ctx, (src, dst), kind, m, threshold),
+        )
     too_fast = _above_link_capacity(ctx, src, dst, kind, value, threshold=threshold)
     if too_fast is not None:
         message, ceiling = too_fast
@@ -98,6 +106,9 @@ def passing_figures(
     if None in found:
         return None
     values = cast("list[float]", found)
+    total = sum(values)  # NaN or infinity anywhere leaves the sum not finite: p2p_figure refuses those
+    if total - total != 0 or min(values) <= 0:
+        return None
     # value >= bound (min) or value <= bound (max) for each; NaN holds neither.
     if not all(map(operator.le if comparison == "min" else operator.ge, repeat(threshold.value), values)):
         return None

@@ -6,6 +6,8 @@ snapshot, parsed tool output), so re-judging a saved run against other threshold
 
 from __future__ import annotations
 
+import math
+
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, TransportChannel
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, not_applicable, passed, unknown
@@ -87,6 +89,12 @@ def collective(ctx: Context, op: str, results: list[CollectiveMeasurement]) -> V
             f"{ctx.suite.gpu_count} GPUs ({ctx.suite.file.name}:suite.gpu_count): {gap}; a figure over other GPUs "
             "says nothing about this node's ring; likely cause: a GPU lost or hidden by CUDA_VISIBLE_DEVICES when "
             "it ran, or a run over a subset (nccl-tests -g/-n) — rerun over every GPU",
+            props,
+        )
+    if not math.isfinite(m.busbw_gbps) or m.busbw_gbps < 0:
+        return failed(
+            f"{op}: busbw {m.busbw_gbps} GB/s is not a possible figure, so it is not judged against "
+            f"{threshold.where()}; likely cause: the source is damaged or the run's timing is broken — rerun",
             props,
         )
     note = ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from pytest_nvlink.config.thresholds import Threshold
 from pytest_nvlink.judges.context import Context, gpu_properties, per_gpu
 from pytest_nvlink.judges.errors import judge_error_counters
@@ -144,7 +146,12 @@ def nvlink_speed(ctx: Context, gpu: Gpu) -> Verdict:
             ctx.node.unknown_reason(f"gpu{index}.nvlink", "no per-link speed reported"),
             props,
         )
-    slow = [link.link for link in active if link.speed_gbps is not None and link.speed_gbps < threshold.value]
+    # "not at or above the floor": a NaN speed compares false either way, and an infinite one is no speed.
+    slow = [
+        link.link
+        for link in active
+        if link.speed_gbps is not None and not threshold.value <= link.speed_gbps < math.inf
+    ]
     if slow:
         return failed(
             f"GPU {index}: link(s) {', '.join(map(str, slow))} run at {slowest:.3f} GB/s, below "

@@ -9,6 +9,7 @@ NCCL traffic between trays must stay on NVLink (P2P over MNNVL, NVLS).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -287,7 +288,8 @@ def rack_sendrecv(ctx: Context, tray: int) -> Verdict:
     pairs = [m for m in ctx.node.measurements.p2p if m.kind == "sendrecv" and tray in _trays_of(ctx, m)]
     cross = [m for m in pairs if len(_trays_of(ctx, m)) == 2]
     findings = [_PairFinding(m, "unmeasured") for m in pairs if m.value is None]
-    findings += [_PairFinding(m, "slow") for m in pairs if m.value is not None and m.value < floor]
+    # Not "below the floor" but "not at or above it": a NaN compares false either way and must not pass.
+    findings += [_PairFinding(m, "slow") for m in pairs if m.value is not None and not floor <= m.value < math.inf]
     worst = min((m.value for m in pairs if m.value is not None), default=None)
     props = measured_properties(worst, f">= {floor}", "GB/s", threshold)
     props += [("tray", str(tray)), ("pairs", str(len(pairs))), ("pairs_across_trays", str(len(cross)))]

@@ -307,7 +307,9 @@ def _read_clique(msg: str, process: tuple[str, str], raw: str, line_no: int, out
 
 def _read_message(msg: str, host: str, raw: str, line_no: int, out: _Builder) -> None:
     _read_mnnvl(msg, out)
-    if msg.startswith("Channel") and " via " in f" {msg} ":
+    # A transport line has "R[D] -> R[D] via ..."; one cut or garbled before "via" still shows the arrow (the
+    # ring listings "Channel 00/02 : 0 1 ..." have none), and is refused rather than lost with its transport.
+    if msg.startswith("Channel") and (" via " in f" {msg} " or "->" in msg):
         out.channels[_channel(msg, raw, line_no)] = None
     elif match := re.match(r"NCCL version\s+(\S+)", msg):
         _set_once_version(out, match.group(1), raw, line_no)
