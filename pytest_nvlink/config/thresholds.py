@@ -18,7 +18,7 @@ from pytest_nvlink.config.values import boolean as _boolean
 from pytest_nvlink.config.values import int_range as _int_range
 from pytest_nvlink.config.values import number as _number
 from pytest_nvlink.config.values import text as _text
-from pytest_nvlink.model import ERROR_COUNTER_NAMES
+from pytest_nvlink.model import ERROR_COUNTER_NAMES, NVLINK5_ERROR_COUNTER_NAMES
 
 _COUNT = _int_range(0, 1 << 62)
 # Upper bounds are generous sanity limits (NVLink5 moves 900 GB/s per direction; DCGM's pcie plugin
@@ -70,6 +70,8 @@ THRESHOLD_SCHEMA: dict[str, Check] = {
 for _counter in ERROR_COUNTER_NAMES:
     THRESHOLD_SCHEMA[error_total_key(_counter)] = _COUNT
     THRESHOLD_SCHEMA[error_run_key(_counter)] = _RATE_PER_S if RUN_LIMIT_KIND[_counter] == "per_s_max" else _COUNT
+for _counter in NVLINK5_ERROR_COUNTER_NAMES:  # lifetime totals only: no campaign reads their increase yet
+    THRESHOLD_SCHEMA[error_total_key(_counter)] = _COUNT
 for _op in COLLECTIVE_OPS:
     THRESHOLD_SCHEMA[f"collectives.{_op}.size_mib"] = _int_range(1, 1 << 20)
     THRESHOLD_SCHEMA[f"collectives.{_op}.busbw_min_gbps"] = _GBPS

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from pytest_nvlink.config.thresholds import RUN_LIMIT_KIND, Threshold, Thresholds, error_run_key, error_total_key
-from pytest_nvlink.model import ERROR_COUNTER_NAMES, Gpu, Node, NvLinkInfo
+from pytest_nvlink.model import ERROR_COUNTER_NAMES, NVLINK5_ERROR_COUNTER_NAMES, Gpu, Node, NvLinkInfo
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, passed, unknown
 
 
@@ -50,9 +50,9 @@ def judge_error_counters(
     links = [link for link in gpu.nvlinks or [] if link.active is not False]
     run = node.error_window_s is not None or any(link.errors_run is not None for link in gpu.nvlinks or [])
     tally = _Tally([], [], [], [], [])
-    for counter in ERROR_COUNTER_NAMES:
+    for counter in _counters_of(gpu):
         _judge(tally, thresholds, counter, "total", links, window=None)
-        if run:
+        if run and counter in ERROR_COUNTER_NAMES:
             _judge(tally, thresholds, counter, "run", links, window=node.error_window_s)
     props = base + _counter_properties(gpu, run, node.error_window_s, tally)
     what = f"the NVLink error counters of GPU {gpu.index}"
@@ -81,6 +81,19 @@ def judge_error_counters(
     judged = "the increase during this run and the lifetime totals" if run else _totals_only(measured_here)
     waived = f"; waived: {', '.join(tally.waived_keys)}" if tally.waived_keys else ""
     return passed(f"GPU {gpu.index}: NVLink error counters within limits (judged: {judged}{waived})", props)
+
+
+def _counters_of(gpu: Gpu) -> tuple[str, ...]:
+    """The counters the GPU's driver reports: NVLink5 drivers print their own set instead of the older one.
+
+    A GPU whose links report any NVLink5 counter is judged on that set, and on the older one as well only
+    where it reports some of it too (DCGM's NVLink health watch reads the set that fits the GPU the same way).
+    """
+    read = {name for link in gpu.nvlinks or [] for name in link.errors or {}}
+    if not read & set(NVLINK5_ERROR_COUNTER_NAMES):
+        return ERROR_COUNTER_NAMES
+    older = ERROR_COUNTER_NAMES if read & set(ERROR_COUNTER_NAMES) else ()
+    return older + NVLINK5_ERROR_COUNTER_NAMES
 
 
 def _totals_only(measured_here: bool) -> str:
@@ -188,7 +201,7 @@ def _limit_props(finding: Finding) -> list[tuple[str, str]]:
 
 def _counter_properties(gpu: Gpu, run: bool, window: float | None, tally: _Tally) -> list[tuple[str, str]]:
     props: list[tuple[str, str]] = []
-    for counter in ERROR_COUNTER_NAMES:
+    for counter in _counters_of(gpu):
         for scope, attribute in (("total", "errors"), ("run", "errors_run")):
             read = [getattr(link, attribute) or {} for link in gpu.nvlinks or []]
             values = [counters[counter] for counters in read if counter in counters]

@@ -15,6 +15,21 @@ from typing import TypeVar
 # Path classes as nvidia-smi topo -m prints them, best first; NV# is handled separately.
 PCIE_PATH_CLASSES: tuple[str, ...] = ("PIX", "PXB", "PHB", "NODE", "SYS")
 ERROR_COUNTER_NAMES: tuple[str, ...] = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")
+# NVLink5 (Blackwell) drivers no longer report the counters above; their error counters are NVML field
+# values, named here as NVML names them (NVML_FI_DEV_NVLINK_COUNT_<NAME>, lower-cased). Lifetime totals only.
+NVLINK5_ERROR_COUNTER_NAMES: tuple[str, ...] = (
+    "malformed_packet_errors",
+    "buffer_overrun_errors",
+    "rcv_errors",
+    "rcv_remote_errors",
+    "rcv_general_errors",
+    "local_link_integrity_errors",
+    "xmit_discards",
+    "link_recovery_failed_events",
+    "link_recovery_events",
+    "effective_errors",
+    "symbol_errors",
+)
 P2P_CAPABILITIES: tuple[str, ...] = ("read", "write", "nvlink", "atomics")
 
 R = TypeVar("R")
@@ -64,7 +79,7 @@ class NvLinkInfo:
     speed_gbps: float | None = None  # per direction, GB/s = 1e9 bytes/s
     remote_type: str | None = None  # "gpu" | "switch" | "ibmnpu" | "unknown"
     remote_pci_bus_id: str | None = None
-    errors: dict[str, int] | None = None  # keys from ERROR_COUNTER_NAMES
+    errors: dict[str, int] | None = None  # keys from ERROR_COUNTER_NAMES or NVLINK5_ERROR_COUNTER_NAMES
     errors_run: dict[str, int] | None = None
 
 
