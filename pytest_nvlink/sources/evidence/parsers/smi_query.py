@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 
 from pytest_nvlink.model import FabricInfo, normalize_pci_bus_id
 from pytest_nvlink.sources.evidence.merge import SMI_GPU_KEYS
-from pytest_nvlink.sources.evidence.parsers.common import ParseError, bad_line, split_lines
+from pytest_nvlink.sources.evidence.parsers.common import (
+    ParseError,
+    bad_line,
+    is_non_finite,
+    non_finite_error,
+    split_lines,
+)
 from pytest_nvlink.sources.evidence.parsers.registry import Format, Into, register
 
 _GPU_HEADER = re.compile(r"GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])")
@@ -111,6 +117,8 @@ def parse(text: str) -> SmiQuery:
         name = _SECTION_KEYS.get((section or "", key)) or _ANYWHERE_KEYS.get(key)
         if name is None:
             continue
+        if is_non_finite(value):
+            raise non_finite_error(match.group(1).strip(), value, raw, line_no)
         if current is None:
             out.orphan_lines.append(line_no)
             continue
@@ -150,6 +158,8 @@ def _bare_fabric_blocks(text: str) -> list[SmiGpu]:
             section = _SECTIONS.get(line.lower()) if blocks else None
             continue
         name = _SECTION_KEYS.get((section or "", match.group(1).strip().lower()))
+        if name is not None and is_non_finite(match.group(2)):
+            raise non_finite_error(match.group(1).strip(), match.group(2), raw, line_no)
         if name is not None and blocks:
             current.setdefault(name, match.group(2).strip())
     return [block for block in blocks if "fabric_state" in block.values]
