@@ -46,6 +46,13 @@ def fabric(ctx: Context, gpu: Gpu) -> Verdict:
             f"{ctx.node.driver_version or ''}".rstrip(),
             props,
         )
+    if info.health_problems:
+        return failed(
+            f"GPU {index}: fabric Health block reports {', '.join(info.health_problems)} although registration "
+            f"completed{' and its Summary says ' + info.health_summary if info.health_summary else ''} "
+            f"({threshold.where()}); likely cause: NVSwitch routes or links unhealthy — check the Fabric Manager log",
+            props,
+        )
     if info.degraded_bandwidth is None:
         # Registration alone does not say the fabric runs at full bandwidth; an NVSwitch SKU needs the answer.
         props.append(("fabric_degraded_bandwidth", "unknown"))

@@ -93,6 +93,10 @@ class FabricInfo:
     cluster_uuid: str | None = None
     degraded_bandwidth: bool | None = None
     health_summary: str | None = None  # nvidia-smi -q Fabric Health Summary: "healthy", "unhealthy", ...
+    # The fabric health flags besides degraded bandwidth that report a fault, as nvidia-smi -q prints them
+    # ("Route Unhealthy True"); None when none does or the source does not say. A fault fails the GPU's
+    # fabric check whatever the Health Summary says.
+    health_problems: list[str] | None = None
 
 
 @dataclass

@@ -58,7 +58,9 @@ def is_non_finite(token: str) -> bool:
 
 def non_finite_error(what: str, token: str, line: str, line_no: int) -> ParseError:
     """The error for a NaN/infinity in an evidence cell: it stops the run naming the file and line."""
-    return ParseError(f"{what} is {token.strip()!r}, not a number: the tool's figure is broken ({quote(line)})", line_no)
+    return ParseError(
+        f"{what} is {token.strip()!r}, not a number: the tool's figure is broken ({quote(line)})", line_no
+    )
 
 
 def parse_int(token: str) -> int | None:

@@ -254,24 +254,38 @@ def _merge_bare_fabric(into: Into, result: SmiQuery) -> None:
             merger.note("platform", file)
 
 
+# The Health block's flags besides Bandwidth (the model's degraded_bandwidth): the key as nvidia-smi prints it,
+# and the values that mean healthy.
+_HEALTH_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "health_route_recovery": ("Route Recovery in progress", ("false",)),
+    "health_route_unhealthy": ("Route Unhealthy", ("false",)),
+    "health_access_timeout": ("Access Timeout Recovery", ("false",)),
+    "health_incorrect_configuration": ("Incorrect Configuration", ("false", "none")),
+}
+
+
 def fabric_fault(gpu: SmiGpu) -> str | None:
     """What a Fabric block reports that is not healthy, in its own words; None when nothing is."""
     state, status = gpu.get("fabric_state") or "", gpu.get("fabric_status")
     faults = [] if state.lower() == "completed" else [f"State {state}"]
     faults += [f"Status {status}"] if status is not None and status.lower() != "success" else []
-    health = {
-        "health_bandwidth": ("Bandwidth", ("full",)),
-        "health_route_recovery": ("Route Recovery in progress", ("false",)),
-        "health_route_unhealthy": ("Route Unhealthy", ("false",)),
-        "health_access_timeout": ("Access Timeout Recovery", ("false",)),
-        "health_incorrect_configuration": ("Incorrect Configuration", ("false", "none")),
-        "health_summary": ("Summary", ("healthy",)),
-    }
-    for key, (label, good) in health.items():
-        value = gpu.get(key)
-        if value is not None and value.lower() not in good:
-            faults.append(f"Health {label} {value}")
+    bandwidth = gpu.get("health_bandwidth")
+    faults += [f"Health Bandwidth {bandwidth}"] if bandwidth is not None and bandwidth.lower() != "full" else []
+    faults += [f"Health {problem}" for problem in health_problems(gpu) or []]
+    summary = gpu.get("health_summary")
+    if summary is not None and summary.lower() != "healthy":
+        faults.append(f"Health Summary {summary}")
     return ", ".join(faults) or None
+
+
+def health_problems(gpu: SmiGpu) -> list[str] | None:
+    """The Health block's flags that report a fault ("Route Unhealthy True"); None when none does."""
+    found = [
+        f"{label} {value}"
+        for key, (label, good) in _HEALTH_FLAGS.items()
+        if (value := gpu.get(key)) is not None and value.lower() not in good
+    ]
+    return found or None
 
 
 def _int_or_none(value: object) -> int | None:
@@ -298,6 +312,7 @@ def _fabric(gpu: SmiGpu) -> FabricInfo | None:
         cluster_uuid=gpu.get("cluster_uuid"),
         degraded_bandwidth=True if "degraded" in bandwidth else False if bandwidth == "full" else None,
         health_summary=_snake(gpu.get("health_summary") or "") or None,
+        health_problems=health_problems(gpu),
     )
 
 
