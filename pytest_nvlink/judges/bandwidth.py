@@ -164,7 +164,9 @@ def _shown(value: float, unit: str) -> str:
     return f"{value:.1f} {unit}" if unit == "GB/s" else f"{value:.2f} {unit}"
 
 
-Capacity = tuple[float, int]  # per-direction GB/s a GPU's active NVLinks can carry, and their count
+# Per-direction GB/s a GPU's active NVLinks can carry, their count, and where the links were taken from when the
+# GPU's own were not reported ("" when they were): the SKU's thresholds then say what its links carry at most.
+Capacity = tuple[float, int, str]
 
 
 def _link_capacities(ctx: Context) -> dict[int, Capacity | None]:
@@ -174,7 +176,18 @@ def _link_capacities(ctx: Context) -> dict[int, Capacity | None]:
 
 
 def _every_gpus_links(ctx: Context) -> dict[int, Capacity | None]:
-    return {index: _summed_links(ctx, index) for index in {gpu.index for gpu in ctx.node.gpus}}
+    sku = _sku_links(ctx)
+    return {index: _summed_links(ctx, index) or sku for index in {gpu.index for gpu in ctx.node.gpus}}
+
+
+def _sku_links(ctx: Context) -> Capacity | None:
+    """What a GPU of the SKU carries at most when its own links are not known (evidence without nvlink -s):
+    the same facts, a figure and the SKU, give the same verdict whichever source stated them."""
+    count, speed = ctx.thresholds.get("nvlink.active_links"), ctx.thresholds.get("nvlink.link_speed_min_gbps")
+    if count is None or speed is None or not count.value:
+        return None
+    where = f"{count.where()} x {speed.where()}"
+    return (float(count.value) * float(speed.value), int(count.value), where)
 
 
 def _summed_links(ctx: Context, index: int) -> Capacity | None:
@@ -190,7 +203,7 @@ def _summed_links(ctx: Context, index: int) -> Capacity | None:
                 return None
             total += link.speed_gbps
             count += 1
-    return (total, count) if count else None
+    return (total, count, "") if count else None
 
 
 def _beyond_links(value: float, at_src: Capacity | None, at_dst: Capacity | None, kind: str) -> Capacity | None:
@@ -198,9 +211,9 @@ def _beyond_links(value: float, at_src: Capacity | None, at_dst: Capacity | None
     ``value`` is more than that; None when it is not, or the links are not known, or ``kind`` is a latency."""
     if kind == "latency" or at_src is None or at_dst is None:
         return None
-    narrow, links = min(at_src, at_dst)
+    narrow, links, where = min(at_src, at_dst)
     ceiling = _ceiling(narrow, kind)
-    return (ceiling, links) if value > ceiling * CAPACITY_SLACK else None
+    return (ceiling, links, where) if value > ceiling * CAPACITY_SLACK else None
 
 
 def _ceiling(total: float, kind: str) -> float:
@@ -216,11 +229,16 @@ def _above_link_capacity(
     found = _beyond_links(value, capacities.get(src), capacities.get(dst), kind)
     if found is None:
         return None
-    ceiling, links = found
+    ceiling, links, where = found
+    carried = (
+        f"the SKU's {links} link(s) at their minimum speed, {where}, as the GPUs' own links are not reported"
+        if where
+        else f"{links} active link(s) on the narrower GPU, summed per-link speed"
+    )
     return (
         f"GPU {src} -> GPU {dst}: {_label(kind)} {value:.1f} GB/s is more than the {ceiling:.1f} GB/s "
-        f"the NVLinks can carry ({links} active link(s) on the narrower GPU, summed per-link speed"
-        f"{', both directions' if kind == 'bidirectional' else ''}), so the figure cannot be true and is not judged "
+        f"the NVLinks can carry ({carried}{', both directions' if kind == 'bidirectional' else ''}), "
+        "so the figure cannot be true and is not judged "
         f"against {threshold.where()}; likely cause: the timing is wrong (copies still running when the timer "
         "stopped, a per-direction figure taken as the sum, bytes counted twice) — rerun, and check the tool's version",
         ceiling,

@@ -219,6 +219,15 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
             f"between GPUs the suite expects on NVLink ({key}); likely cause: {_transport_cause(first.transport)}",
             props,
         )
+    if audit.last_warn:
+        # NCCL warns where setting up or running a transport failed ("Cuda failure 'peer access is not
+        # supported ...'"): channel lines printed before it do not say the run used them as printed.
+        return failed(
+            f"NCCL warned: {audit.last_warn}{_env_note(audit)}; a run whose log holds an NCCL WARN is no proof of "
+            "its transports, whatever its channel lines say; likely cause: P2P or a transport failed to set up "
+            "(peer access, IPC or NVLink fault) — check the warning and dmesg for Xid errors",
+            props,
+        )
     if not audit.channels:
         return unknown(
             "the transports NCCL used",

@@ -210,7 +210,7 @@ def _measurements(rack: _Rack, trays: Sequence[Tray]) -> Measurements:
         for index in range(before, len(merger.collectives)):
             merger.collectives[index] = dataclasses.replace(merger.collectives[index], rank_gpus=rank_gpus)
     if rack.nccl_logs:
-        nccl_log.merge_logs(merger, rack.nccl_logs)
+        nccl_log.merge_logs(merger, rack.nccl_logs, one_host=False)
     p2p = [*merger.p2p_measurements, *_tray_pairs(trays)]
     return Measurements(p2p=p2p, collectives=list(merger.collectives), nccl=merger.nccl)
 

@@ -6,6 +6,7 @@ so that callers (the evidence loader, the measurement harness) need to catch exa
 
 from __future__ import annotations
 
+import math
 import re
 
 _QUOTE_LIMIT = 120
@@ -42,7 +43,24 @@ def parse_float(token: str) -> float | None:
     """A finite float, or None when the token is not one (``nan``/``inf`` are refused on purpose)."""
     if not _NUMBER.fullmatch(token):
         return None
-    return float(token)
+    value = float(token)
+    return value if math.isfinite(value) else None  # 1e400 overflows to inf
+
+
+# What C's printf writes for a NaN or an infinity ("-nan", "nan", "inf", "-inf"), and Python's "infinity".
+_NON_FINITE = re.compile(r"[-+]?(?:nan|inf(?:inity)?)", re.IGNORECASE)
+
+
+def is_non_finite(token: str) -> bool:
+    """Whether ``token`` is a printed NaN or infinity: a tool's figure gone wrong, never "no value"."""
+    return _NON_FINITE.fullmatch(token.strip()) is not None
+
+
+def non_finite_error(what: str, token: str, line: str, line_no: int) -> ParseError:
+    """The error for a NaN/infinity in an evidence cell: it stops the run naming the file and line."""
+    return ParseError(
+        f"{what} is {token.strip()!r}, not a number: the tool's figure is broken ({quote(line)})", line_no
+    )
 
 
 def parse_int(token: str) -> int | None:

@@ -253,21 +253,64 @@ def _match_line(raw: str) -> tuple[str, str, str, str] | None:
     return None
 
 
+# Where an NCCL line starts inside a physical line: a lost newline glues it to the end of the line before.
+_LINE_START = re.compile(
+    r"(?<![^\s:\[\]])(?P<host>[^\s:\[\]]+):\d+:\d+\s+\[\d+\]\s+(?:\d+(?:\.\d+)?\s+)?(?:[^\s()]+:\d+\s+)?"
+    r"(?:\([^()\s]*\)\s+)?NCCL\s+(?:INFO|WARN|TRACE|ABORT)\b"
+)
+_MARKER = re.compile(r"(?:\d+:\d+\s+)?(?:\[\d+\]\s+)?NCCL\s+(?:INFO|WARN|TRACE|ABORT)\b")
+
+
+def _host_counts(lines: Sequence[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for raw in lines:
+        for match in _LINE_START.finditer(raw):
+            counts[match.group("host")] = counts.get(match.group("host"), 0) + 1
+    return counts
+
+
+def _glued_start(match: re.Match[str], hosts: dict[str, int]) -> int:
+    """Where the NCCL line of ``match`` starts: its host token may carry the end of the line before it.
+
+    "...via P2P/CUMEMnode1:12:34 [0] NCCL INFO" reads host "P2P/CUMEMnode1"; a host the log names more often
+    that ends the token ("node1") is the real one, and what precedes it belongs to the line before.
+    """
+    token = match.group("host")
+    real = [h for h, n in hosts.items() if h != token and token.endswith(h) and n > hosts.get(token, 0)]
+    return match.start() + len(token) - len(max(real, key=len)) if real else match.start()
+
+
+def _pieces(raw: str, hosts: dict[str, int]) -> list[str]:
+    """The NCCL lines a physical line holds: more than one where newlines were lost (each read on its own)."""
+    starts = [_glued_start(m, hosts) for m in _LINE_START.finditer(raw)]
+    if not starts:
+        starts = [m.start() for m in _MARKER.finditer(raw)][1:]  # a log without host prefixes: cut at each marker
+    cuts = sorted({0, *(start for start in starts if raw[:start].strip())})
+    return [raw[a:b] for a, b in zip(cuts, [*cuts[1:], len(raw)], strict=True)]
+
+
 def _read_into(text: str, out: _Builder) -> None:
-    for line_no, raw in enumerate(split_lines(text), start=1):
-        found = _match_line(raw)
-        if found is None:
-            continue
-        out.nccl_lines += 1
-        host, pid, level, msg = found[0], found[1], found[2], found[3].strip()
-        if host:
-            out.hosts[host] = None
-        if level == "WARN":
-            out.warnings.append(msg)
-        _read_clique(msg, (host, pid), raw, line_no, out)
-        _read_message(msg, host, raw, line_no, out)
-        if pid and (init := _INIT.search(msg)):
-            out.rank_of_process[(host, pid)] = int(init.group(1))
+    lines = split_lines(text)
+    hosts = _host_counts(lines)
+    for line_no, raw in enumerate(lines, start=1):
+        for piece in _pieces(raw, hosts) if "NCCL" in raw else ():
+            _read_piece(piece, line_no, out)
+
+
+def _read_piece(raw: str, line_no: int, out: _Builder) -> None:
+    found = _match_line(raw)
+    if found is None:
+        return
+    out.nccl_lines += 1
+    host, pid, level, msg = found[0], found[1], found[2], found[3].strip()
+    if host:
+        out.hosts[host] = None
+    if level == "WARN":
+        out.warnings.append(msg)
+    _read_clique(msg, (host, pid), raw, line_no, out)
+    _read_message(msg, host, raw, line_no, out)
+    if pid and (init := _INIT.search(msg)):
+        out.rank_of_process[(host, pid)] = int(init.group(1))
 
 
 def _read_mnnvl(msg: str, out: _Builder) -> None:
@@ -375,8 +418,13 @@ def _mostly_nccl_lines(text: str) -> bool:
     return nccl >= max(2, len(lines) / 2)
 
 
-def merge_logs(merger: Merger, logs: Sequence[Text]) -> None:
-    """All logs as one NCCL audit: one log per rank is common, and ranks are only whole together."""
+def merge_logs(merger: Merger, logs: Sequence[Text], *, one_host: bool = True) -> None:
+    """All logs as one NCCL audit: one log per rank is common, and ranks are only whole together.
+
+    ``one_host``: the evidence is of one server, so logs that all name one host name the server's host, which
+    must agree with the other files' (a rack's logs name its trays). Logs naming several hosts (ranks in pods
+    of one server have their own host names) say nothing about which is the server's.
+    """
     for log in logs:  # parse one by one first, so that an error names its file
         try:
             parse(log.text)
@@ -384,6 +432,8 @@ def merge_logs(merger: Merger, logs: Sequence[Text]) -> None:
             raise EvidenceError(f"{log.where(exc.line_no)}: {exc.message} (read as {KIND})") from None
     names = ", ".join(log.name for log in logs)
     merged = parse_many([log.text for log in logs])
+    if one_host and len(merged.hosts) == 1:
+        merger.host(merged.hosts[0], names)
     merger.add_nccl_audit(to_audit(merged, names), [log.name for log in logs])
 
 

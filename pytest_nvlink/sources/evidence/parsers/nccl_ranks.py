@@ -40,6 +40,17 @@ class _Row(Protocol):
     def out_of_place(self) -> _Timing: ...
 
 
+class _Device(Protocol):
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def device(self) -> int: ...
+
+    @property
+    def bus(self) -> str: ...
+
+
 class _Timing(Protocol):
     @property
     def algbw_gbps(self) -> float | None: ...
@@ -166,3 +177,23 @@ def ranks_fitting(op: str, ratio: float, nranks: int | None) -> int | None:
         return None
     solved = round(scale / (scale - ratio))
     return solved if solved >= 2 and abs(factor(solved) - ratio) <= 0.01 * ratio else None
+
+
+def rank_gpus(
+    devices: Sequence[_Device], hosts: Sequence[str], nranks: int | None, *, multi_node: bool
+) -> list[int] | None:
+    """The device of each rank from '# Using devices' lines of a one-host run, when every rank is listed.
+
+    Devices are CUDA numbers, taken as nvidia-smi's order like every CUDA-numbered evidence file.
+    """
+    ranks = sorted(devices, key=lambda d: d.rank)
+    if len(hosts) != 1 or multi_node or [d.rank for d in ranks] != list(range(nranks or 0)):
+        return None
+    numbers = [d.device for d in ranks]
+    buses = {d.bus.lower() for d in ranks}
+    if len(set(numbers)) < len(numbers) and len(buses) == len(ranks):
+        # One process per rank, each with its own CUDA_VISIBLE_DEVICES (Slurm --gpus-per-task=1), numbers
+        # every GPU 0: distinct bus ids say the ranks ran on distinct GPUs, but not which node GPU each was,
+        # so only the rank count is judged.
+        return None
+    return numbers

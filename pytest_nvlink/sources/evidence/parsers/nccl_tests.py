@@ -19,6 +19,7 @@ from pytest_nvlink.sources.evidence.parsers.nccl_ranks import (
     ELISION,
     median_ratio,
     rank_facts,
+    rank_gpus,
     ranks_fitting,
     ranks_from_ratio,
     ratio_conflict,
@@ -443,9 +444,9 @@ def add(merger: Merger, result: NcclTestsResult, file: str) -> None:
         for device in result.devices:
             merger.gpu_fact(device.device, "name", device.name, file)
     for row in result.rows:
-        timing, in_place = row.out_of_place, row.in_place
-        wrongs = [timing.wrong, in_place.wrong]
+        wrongs = [row.out_of_place.wrong, row.in_place.wrong]
         correct = None if None in wrongs else all(w == 0 for w in wrongs)
+        timing = _worse(row)
         merger.collectives.append(
             CollectiveMeasurement(
                 op=result.op or "unknown",
@@ -457,29 +458,18 @@ def add(merger: Merger, result: NcclTestsResult, file: str) -> None:
                 correct=correct,
                 backend="nccl",
                 source=f"nccl-tests: {file}",
-                rank_gpus=_rank_gpus(result),
+                rank_gpus=rank_gpus(result.devices, result.hosts, result.nranks, multi_node=result.multi_node),
                 conditions=scope_conditions(result.multi_node, result.all_hosts, result.nodes),
             )
         )
     merger.note("collectives", file)
 
 
-def _rank_gpus(result: NcclTestsResult) -> list[int] | None:
-    """The device of each rank from '# Using devices' lines of a one-host run, when every rank is listed.
-
-    Devices are CUDA numbers, taken as nvidia-smi's order like every CUDA-numbered evidence file.
-    """
-    ranks = sorted(result.devices, key=lambda d: d.rank)
-    if len(result.hosts) != 1 or result.multi_node or [d.rank for d in ranks] != list(range(result.nranks or 0)):
-        return None
-    devices = [d.device for d in ranks]
-    buses = {d.bus.lower() for d in ranks}
-    if len(set(devices)) < len(devices) and len(buses) == len(ranks):
-        # One process per rank, each with its own CUDA_VISIBLE_DEVICES (Slurm --gpus-per-task=1), numbers
-        # every GPU 0: distinct bus ids say the ranks ran on distinct GPUs, but not which node GPU each was,
-        # so only the rank count is judged.
-        return None
-    return devices
+def _worse(row: Row) -> Timing:
+    """The slower of the row's out-of-place and in-place timings: one collective on the same GPUs either way."""
+    out, inside = row.out_of_place, row.in_place
+    slower = inside.busbw_gbps is not None and (out.busbw_gbps is None or inside.busbw_gbps < out.busbw_gbps)
+    return inside if slower else out
 
 
 FORMAT = register(

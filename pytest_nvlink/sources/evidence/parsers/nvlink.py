@@ -44,9 +44,20 @@ _ELISION = re.compile(
     re.IGNORECASE,
 )
 
-# nvidia-smi's counter names, lower-cased, mapped to the model's ERROR_COUNTER_NAMES. Names not
-# listed (Tx/Rx packets and bytes, BER, FEC bins of newer drivers) are kept as raw counters only.
+# nvidia-smi's counter names, lower-cased, mapped to the model's ERROR_COUNTER_NAMES and, for the NVLink5
+# set of newer drivers (R560+, Blackwell), NVLINK5_ERROR_COUNTER_NAMES. Names not listed (Tx/Rx packets and
+# bytes, BER, FEC bins, Tx discards) are kept as raw counters only.
 _ERROR_KEYS: dict[str, str] = {
+    "malformed packet errors": "malformed_packet",
+    "buffer overrun errors": "buffer_overrun",
+    "rx errors": "rcv",
+    "rx remote errors": "rcv_remote",
+    "rx general errors": "rcv_general",
+    "local link integrity errors": "local_link_integrity",
+    "link recovery failed events": "link_recovery_failed",
+    "total link recovery events": "link_recovery",
+    "effective errors": "effective",
+    "symbol errors": "symbol",
     "replay errors": "replay",
     "replay": "replay",
     "recovery errors": "recovery",
@@ -69,7 +80,7 @@ class LinkInfo:
     link: int
     active: bool | None = None
     speed_gbps: float | None = None  # per direction, as nvidia-smi prints it
-    errors: dict[str, int] = field(default_factory=dict)  # model.ERROR_COUNTER_NAMES keys
+    errors: dict[str, int] = field(default_factory=dict)  # model.(NVLINK5_)ERROR_COUNTER_NAMES keys
     counters: dict[str, str] = field(default_factory=dict)  # every counter line, name -> raw value
     capabilities: dict[str, bool] = field(default_factory=dict)  # "p2p_is_supported" -> True
     remote: str | None = None  # remote PCI bus id as printed, or a device type word

@@ -8,12 +8,18 @@ flows row -> column; with ``--p2p_read`` it flows column -> row (see ``data_flow
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
 from pytest_nvlink.model import P2PMeasurement
-from pytest_nvlink.sources.evidence.parsers.common import ParseError, bad_line, split_lines
+from pytest_nvlink.sources.evidence.parsers.common import (
+    ParseError,
+    bad_line,
+    is_non_finite,
+    non_finite_error,
+    parse_float,
+    split_lines,
+)
 from pytest_nvlink.sources.evidence.parsers.registry import Format, Into, register
 
 _DEVICE = re.compile(
@@ -128,12 +134,13 @@ def _read_matrix(lines: list[str], index: int, header: re.Match[str], section: t
     return index
 
 
-def _cell(token: str, line: str, line_no: int) -> float | None:
-    try:
-        value = float(token)
-    except ValueError:
-        raise bad_line("a number in the matrix", line, line_no) from None
-    return None if math.isnan(value) or math.isinf(value) else value
+def _cell(token: str, line: str, line_no: int) -> float:
+    if is_non_finite(token):
+        raise non_finite_error("a matrix cell", token, line, line_no)
+    value = parse_float(token)
+    if value is None:
+        raise bad_line("a number in the matrix", line, line_no)
+    return value
 
 
 def _check_sizes(out: _Builder) -> None:

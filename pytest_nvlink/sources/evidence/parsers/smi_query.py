@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 
 from pytest_nvlink.model import FabricInfo, normalize_pci_bus_id
 from pytest_nvlink.sources.evidence.merge import SMI_GPU_KEYS
-from pytest_nvlink.sources.evidence.parsers.common import ParseError, bad_line, split_lines
+from pytest_nvlink.sources.evidence.parsers.common import (
+    ParseError,
+    bad_line,
+    is_non_finite,
+    non_finite_error,
+    split_lines,
+)
 from pytest_nvlink.sources.evidence.parsers.registry import Format, Into, register
 
 _GPU_HEADER = re.compile(r"GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])")
@@ -111,6 +117,8 @@ def parse(text: str) -> SmiQuery:
         name = _SECTION_KEYS.get((section or "", key)) or _ANYWHERE_KEYS.get(key)
         if name is None:
             continue
+        if is_non_finite(value):
+            raise non_finite_error(match.group(1).strip(), value, raw, line_no)
         if current is None:
             out.orphan_lines.append(line_no)
             continue
@@ -150,6 +158,8 @@ def _bare_fabric_blocks(text: str) -> list[SmiGpu]:
             section = _SECTIONS.get(line.lower()) if blocks else None
             continue
         name = _SECTION_KEYS.get((section or "", match.group(1).strip().lower()))
+        if name is not None and is_non_finite(match.group(2)):
+            raise non_finite_error(match.group(1).strip(), match.group(2), raw, line_no)
         if name is not None and blocks:
             current.setdefault(name, match.group(2).strip())
     return [block for block in blocks if "fabric_state" in block.values]
@@ -244,24 +254,38 @@ def _merge_bare_fabric(into: Into, result: SmiQuery) -> None:
             merger.note("platform", file)
 
 
+# The Health block's flags besides Bandwidth (the model's degraded_bandwidth): the key as nvidia-smi prints it,
+# and the values that mean healthy.
+_HEALTH_FAULT_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "health_route_recovery": ("Route Recovery in progress", ("false",)),
+    "health_route_unhealthy": ("Route Unhealthy", ("false",)),
+    "health_access_timeout": ("Access Timeout Recovery", ("false",)),
+    "health_incorrect_configuration": ("Incorrect Configuration", ("false", "none")),
+}
+
+
 def fabric_fault(gpu: SmiGpu) -> str | None:
     """What a Fabric block reports that is not healthy, in its own words; None when nothing is."""
     state, status = gpu.get("fabric_state") or "", gpu.get("fabric_status")
     faults = [] if state.lower() == "completed" else [f"State {state}"]
     faults += [f"Status {status}"] if status is not None and status.lower() != "success" else []
-    health = {
-        "health_bandwidth": ("Bandwidth", ("full",)),
-        "health_route_recovery": ("Route Recovery in progress", ("false",)),
-        "health_route_unhealthy": ("Route Unhealthy", ("false",)),
-        "health_access_timeout": ("Access Timeout Recovery", ("false",)),
-        "health_incorrect_configuration": ("Incorrect Configuration", ("false", "none")),
-        "health_summary": ("Summary", ("healthy",)),
-    }
-    for key, (label, good) in health.items():
-        value = gpu.get(key)
-        if value is not None and value.lower() not in good:
-            faults.append(f"Health {label} {value}")
+    bandwidth = gpu.get("health_bandwidth")
+    faults += [f"Health Bandwidth {bandwidth}"] if bandwidth is not None and bandwidth.lower() != "full" else []
+    faults += [f"Health {problem}" for problem in health_problems(gpu) or []]
+    summary = gpu.get("health_summary")
+    if summary is not None and summary.lower() != "healthy":
+        faults.append(f"Health Summary {summary}")
     return ", ".join(faults) or None
+
+
+def health_problems(gpu: SmiGpu) -> list[str] | None:
+    """The Health block's flags that report a fault ("Route Unhealthy True"); None when none does."""
+    found = [
+        f"{label} {value}"
+        for key, (label, good) in _HEALTH_FAULT_FLAGS.items()
+        if (value := gpu.get(key)) is not None and value.lower() not in good
+    ]
+    return found or None
 
 
 def _int_or_none(value: object) -> int | None:

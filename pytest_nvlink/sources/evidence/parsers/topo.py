@@ -12,7 +12,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from pytest_nvlink.sources.evidence.parsers.common import ParseError, bad_line, quote, split_lines
+from pytest_nvlink.sources.evidence.parsers.common import (
+    ParseError,
+    bad_line,
+    is_non_finite,
+    non_finite_error,
+    quote,
+    split_lines,
+)
 from pytest_nvlink.sources.evidence.parsers.registry import Format, Into, register
 
 # Old drivers print SOC for what newer ones call SYS (traversing the inter-socket link).
@@ -390,6 +397,9 @@ def _affinities(
                 line_no,
             )
         values = dict(zip(table.extra_columns, extras, strict=False))
+        broken = next((column for column, value in values.items() if is_non_finite(value)), None)
+        if broken is not None:
+            raise non_finite_error(f"GPU{gpu}'s {broken}", values[broken], " ".join(extras), line_no)
         if "CPU Affinity" in table.extra_columns:
             cpu[gpu] = _none_if_na(values.get("CPU Affinity"))
         if "NUMA Affinity" in table.extra_columns:

@@ -60,8 +60,13 @@ def _join(row: tuple[list[str], list[str], int]) -> str:
     return " ".join(row[0] + row[1])
 
 
+# The tail of a command line whose start was cut off ("-p2p n", "p2p n", "p2pstatus rw -i 0"): its flag is
+# all the matrix needs, and a line ending in one of the capability letters says nothing else.
+_CUT_FLAG = re.compile(r"(?:^|\s)-{0,2}p2p(?:status)?\s+(rw|r|w|n|a|p)(?:\s+-\S.*)?\s*$", re.MULTILINE)
+
+
 def _flag_in_text(text: str) -> str | None:
-    match = re.search(r"topo\s+(?:-p2p|--p2pstatus)\s+([a-z]+)", text)
+    match = re.search(r"topo\s+(?:-p2p|--p2pstatus)\s+([a-z]+)", text) or _CUT_FLAG.search(text)
     return match.group(1) if match else None
 
 
