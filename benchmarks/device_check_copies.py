@@ -4,31 +4,33 @@ What it shows, per route (cudaMemcpyPeerAsync when cuda-python imports, torch ``
 enqueueing N copies takes against the blocker's intended and real spin (events around the spin),
 whether the engine gives up with ``BlockerTooShort``; the spin calibration on an idle GPU against a
 warm one; blocked vs naive timing at 16 B and 256 MiB. With ``simulate`` the engine runs on
-``device_check_fakecuda``'s simulated CUDA timeline (a stand-in ``torch``), which has no cuda-python.
+``pytest_nvlink.measure.cuda_simulated``'s CUDA timeline (a stand-in ``torch``), which has no cuda-python.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
 from device_check_sections import CouldNotRun, Result, _cuda
 
 MIB = 1 << 20
-QUEUE_DEPTHS = (16, 256, 1400)  # 1400: a second of 256 MiB copies on H100, the old proof copy's depth
+QUEUE_DEPTHS = (16, 256)  # through run_blocked: tries, BlockerTooShort or not
+DEEP_QUEUE = 1400  # a second of 256 MiB copies on H100, the old proof copy's depth: one try, no retries
+DEEP_SPIN_S = 0.02
 
 
 def _engine(route: str, simulate: bool) -> Any:
-    if simulate:
-        import device_check_fakecuda
-
-        sys.modules["torch"] = device_check_fakecuda.make_torch()
-    else:
-        _cuda()
     from pytest_nvlink.measure.cuda_engine import CudaCopyEngine
 
-    return CudaCopyEngine(route=route)
+    if not simulate:
+        _cuda()
+        return CudaCopyEngine(route=route)
+    if route == "cudart":
+        raise RuntimeError("cuda-python has no CPU stand-in")
+    from pytest_nvlink.measure.cuda_simulated import make_torch
+
+    return CudaCopyEngine(route=route, torch_module=make_torch())
 
 
 def _queue_depth(engine: Any, nbytes: int) -> list[dict[str, Any]]:
@@ -53,6 +55,17 @@ def _queue_depth(engine: Any, nbytes: int) -> list[dict[str, Any]]:
                 "wall_s": time.perf_counter() - started,
             }
         )
+    timed = engine._run_once([(0, 0)], nbytes, DEEP_QUEUE, DEEP_SPIN_S)  # one try: the retries cost tens of seconds
+    rows.append(
+        {
+            "copies": DEEP_QUEUE,
+            "one_try_only": True,
+            "enqueue_ms": timed.enqueue_s * 1e3,
+            "spin_intended_ms": timed.block_s * 1e3,
+            "spin_real_ms": timed.spin_s * 1e3,
+            "host_blocked_past_the_spin": timed.enqueue_s >= timed.spin_s,
+        }
+    )
     return rows
 
 
@@ -87,7 +100,13 @@ def _proof(engine: Any) -> dict[str, Any]:
     started = time.perf_counter()
     for chunk in chunks:
         engine.copy_unblocked(0, 0, 256 * MIB, chunk)
-    return {"chunks": chunks, "seconds_per_copy": seconds_per_copy, "wall_s": time.perf_counter() - started}
+    return {
+        "copies": sum(chunks),
+        "chunks": len(chunks),
+        "largest_chunk": max(chunks),
+        "seconds_per_copy": seconds_per_copy,
+        "wall_s": time.perf_counter() - started,
+    }
 
 
 def p2p_machinery(simulate: bool) -> Result:

@@ -3,7 +3,7 @@
 A section returns what it found (plain JSON), raises :class:`CouldNotRun` with the reason a
 precondition is missing, or raises anything else (a failure). With ``simulate`` it runs on CPU
 stand-ins: the fake NVML of ``tests/`` (installed by :func:`install_stand_ins`), gloo for NCCL,
-the simulated copy engine, and ``device_check_fakecuda``'s simulated CUDA timeline.
+the simulated copy engine, and ``measure/cuda_simulated.py``'s CUDA timeline.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -271,6 +272,8 @@ def plugin_context(simulate: bool) -> Result:
     PIDs differ inside containers (NVML lists host PIDs), so the pytest process itself asks the
     driver about its primary context on each device (cuDevicePrimaryCtxGetState), keyed by UUID.
     """
+    if not simulate:
+        _nvml().nvmlShutdown()  # no NVML, no GPU: nothing could hold a context
     folder = Path(tempfile.mkdtemp(prefix="device-check-pytest-"))
     (folder / "device_check_context.py").write_text(CONTEXT_PROBE)
     out = folder / "context.json"
@@ -317,7 +320,7 @@ def nccl(simulate: bool) -> Result:
         )
         run = session.collective_run()
         runs[f"world {world}"] = {
-            "collectives": [{k: v for k, v in vars(m).items() if v is not None} for m in run.measurements],
+            "collectives": [{k: v for k, v in asdict(m).items() if v is not None} for m in run.measurements],
             "errors": [m.error for m in run.measurements if m.error and not m.error.startswith("not run: sendrecv")],
             "debug_files": len(run.logs),
             "line_shapes": nccl_line_shapes(run.logs.values()),
@@ -406,7 +409,7 @@ def p2p_pair(simulate: bool) -> Result:
     results = run_campaign(plan, engine, reader)
     return {
         "engine": engine.name,
-        "measurements": [{k: v for k, v in vars(m).items() if v is not None} for m in results],
+        "measurements": [{k: v for k, v in asdict(m).items() if v is not None} for m in results],
     }
 
 
