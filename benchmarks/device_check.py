@@ -177,9 +177,7 @@ def _on_signal(signum: int, frame: Any) -> None:
     raise Interrupted(signal.Signals(signum).name)
 
 
-def run_sections(
-    names: list[str], report: dict[str, Any], args: argparse.Namespace, started: float
-) -> None:
+def run_sections(names: list[str], report: dict[str, Any], args: argparse.Namespace, started: float) -> None:
     deadline = started + args.deadline_s
     for name in names:
         left = deadline - RESERVE_S - time.monotonic()

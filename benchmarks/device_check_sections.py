@@ -236,7 +236,7 @@ def cuda_join(simulate: bool) -> Result:
     }
 
 
-CONTEXT_PROBE = '''
+CONTEXT_PROBE = """
 import ctypes, json, os, sys
 
 def _contexts():
@@ -263,7 +263,7 @@ def _contexts():
 def pytest_unconfigure(config):
     with open(os.environ["DEVICE_CHECK_CONTEXT_OUT"], "w") as out:
         json.dump({"torch_imported": "torch" in sys.modules, "primary_context_by_uuid": _contexts()}, out)
-'''
+"""
 
 
 def plugin_context(simulate: bool) -> Result:

@@ -72,9 +72,7 @@ def test_the_path_proof_never_queues_more_than_a_chunk_of_copies() -> None:
 
     # 256 MiB copies at 1 TB/s: a 0.3 s proof is ~1,100 copies. Queued behind one blocker they
     # filled the launch queue, blocked the host and escalated the blocker for many seconds.
-    plan = p2p.P2PPlan(
-        gpus=(0, 1), nbytes=256 * MIB, iterations=4, warmup=1, latency_iterations=4, proof_seconds=0.3
-    )
+    plan = p2p.P2PPlan(gpus=(0, 1), nbytes=256 * MIB, iterations=4, warmup=1, latency_iterations=4, proof_seconds=0.3)
     started = time.monotonic()
     uni = p2p._Pair(plan, engine, read).unidirectional(0, 1)
     assert uni.error is None and uni.counters_note is None

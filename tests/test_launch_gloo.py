@@ -40,10 +40,11 @@ def test_torchrun_ranks_run_the_collectives_and_rank0_alone_writes(tmp_path: Pat
     document = json.loads(out.read_text())
     assert document["launcher"] == "torchrun"
     assert document["world_size"] == 3
+    gloo = {"cuda_index": None, "gpu_uuid": None}  # gloo ranks open no GPU
     assert document["ranks"] == [
-        {"rank": 0, "host": "tray-a", "local_rank": 0},
-        {"rank": 1, "host": "tray-a", "local_rank": 1},
-        {"rank": 2, "host": "tray-b", "local_rank": 0},
+        {"rank": 0, "host": "tray-a", "local_rank": 0, **gloo},
+        {"rank": 1, "host": "tray-a", "local_rank": 1, **gloo},
+        {"rank": 2, "host": "tray-b", "local_rank": 0, **gloo},
     ]
     assert document["hosts"] == ["tray-a", "tray-b"]
     assert document["error"] is None

@@ -30,7 +30,8 @@ from pytest_nvlink.measure.worker import RankFailed, WorkerSpec, init_rank, run_
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit
 
 ROOT = 0
-# Under NCCL a rank's CUDA device is its local rank, as torchrun and srun --gpus-per-task number them.
+# Under NCCL a rank's CUDA device is picked from what the process sees (worker.visible_device): its
+# local rank when it sees every GPU of the node, cuda:0 when the launcher bound it to one GPU.
 
 
 @dataclass
@@ -40,6 +41,8 @@ class Member:
     rank: int
     host: str
     local_rank: int
+    cuda_index: int | None = None  # the CUDA device it opened (NCCL); None on gloo
+    gpu_uuid: str | None = None  # which GPU that is, whatever the process's numbering
 
 
 @dataclass
@@ -100,8 +103,8 @@ def join(info: RankInfo, spec: CollectiveSpec) -> Group:
         os.environ.update(local.child_env(spec, group.log_dir, os.environ))
     started = time.monotonic()
     try:
-        group.state = init_rank(info.rank, worker_spec(spec, group.ops), device_index=info.local_rank)
-        group.members = [Member(**json.loads(text)) for text in all_gather_json(group, _identity(info))]
+        group.state = init_rank(info.rank, worker_spec(spec, group.ops), local_rank=info.local_rank)
+        group.members = [Member(**json.loads(text)) for text in all_gather_json(group, _identity(group))]
     except BaseException as exc:
         group.fail("process-group init", exc, started)
         group.state = None
@@ -122,11 +125,29 @@ def contradiction(members: list[Member]) -> str | None:
                 "contradict each other"
             )
         seen[key] = member.rank
+    by_uuid: dict[str, int] = {}
+    for member in members:
+        if member.gpu_uuid is None:
+            continue
+        if member.gpu_uuid in by_uuid:
+            return (
+                f"ranks {by_uuid[member.gpu_uuid]} and {member.rank} both opened GPU {member.gpu_uuid}; "
+                "the launcher gave two tasks one GPU (check --gpus-per-task / --gpu-bind / CUDA_VISIBLE_DEVICES)"
+            )
+        by_uuid[member.gpu_uuid] = member.rank
     return None
 
 
-def _identity(info: RankInfo) -> dict[str, Any]:
-    return {"rank": info.rank, "host": info.host, "local_rank": info.local_rank}
+def _identity(group: Group) -> dict[str, Any]:
+    info, device = group.info, group.state.device
+    cuda_index = device.index if getattr(device, "type", None) == "cuda" else None
+    return {
+        "rank": info.rank,
+        "host": info.host,
+        "local_rank": info.local_rank,
+        "cuda_index": cuda_index,
+        "gpu_uuid": group.state.gpu_uuid,
+    }
 
 
 def all_gather_json(group: Group, value: object) -> list[str]:
