@@ -85,10 +85,14 @@ def test_a_crashed_rank_fails_closed_with_an_error_entry(tmp_path: Path) -> None
     reduce, gather = document["measurements"]["collectives"]
     assert reduce["error"] is None and reduce["correct"] is True
     assert gather["busbw_gbps"] is None
-    assert gather["error"].startswith("rank 0 (a) failed in all_gather at 1 MiB after ")
+    # the dead rank (the cause) first, with the step it last finished; then what rank 0 saw
+    assert gather["error"].startswith(
+        "rank 1 (b) stopped answering (died or froze; its last step: after all_reduce at 1 MiB); "
+        "rank 0 (a) failed in all_gather at 1 MiB after "
+    )
     assert "a rank that crashed, hung or left the job shows up this way" in gather["error"]
     assert document["error"] == gather["error"]
-    assert "pytest-nvlink launch: rank 0 (a) failed in all_gather" in finished[0].stderr
+    assert "pytest-nvlink launch: rank 1 (b) stopped answering" in finished[0].stderr
 
 
 def test_a_hung_rank_makes_rank0_time_out_and_record_it(tmp_path: Path) -> None:
@@ -99,5 +103,8 @@ def test_a_hung_rank_makes_rank0_time_out_and_record_it(tmp_path: Path) -> None:
     assert finished[0].returncode == 1
     assert finished[1].returncode is None  # still hanging: the test killed it
     first, second = json.loads(out.read_text())["measurements"]["collectives"]
-    assert first["error"].startswith("rank 0 (a) failed in all_reduce at 1 MiB after ")
-    assert second["error"].startswith("not run: all_reduce failed first: rank 0 (a)")
+    assert first["error"].startswith(
+        "rank 1 (b) is alive but did not reach all_reduce at 1 MiB (its last step: joined); "
+        "rank 0 (a) failed in all_reduce at 1 MiB after "
+    )
+    assert second["error"].startswith("not run: all_reduce failed first: rank 1 (b) is alive")
