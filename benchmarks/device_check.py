@@ -21,6 +21,7 @@ Nothing is imported from torch at module level: spawned children re-import this 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -41,6 +42,8 @@ for _path in (REPO, REPO / "benchmarks"):
 
 import device_check_sections as sections_module  # noqa: E402
 from device_check_sections import BUDGETS_S, SECTIONS, CouldNotRun, Result, could_not_run  # noqa: E402
+
+__all__ = ["BUDGETS_S", "SECTIONS", "CouldNotRun", "main", "run_in_child", "summary"]
 
 from pytest_nvlink.core.atomic import write_text_atomically  # noqa: E402
 from pytest_nvlink.measure import _proc  # noqa: E402
@@ -93,10 +96,8 @@ def _child_main(conn: Connection, name: str, simulate: bool, parent: int) -> Non
 def _kill_group(process: Any) -> None:
     if process.pid is None:
         return
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _answer(message: tuple[Any, ...] | None) -> Result:

@@ -97,9 +97,9 @@ def test_idle_calibration_reads_the_clock_low_and_the_real_spin_is_measured() ->
 
 
 def test_the_peer_copy_extra_resolves_to_a_cuda_python_that_runs_on_r535() -> None:
-    import tomllib
     from pathlib import Path
 
+    import tomllib  # type: ignore[import-not-found,unused-ignore]
     from packaging.requirements import Requirement
 
     pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())

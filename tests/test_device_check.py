@@ -87,7 +87,9 @@ def test_the_nccl_section_starts_its_ranks_from_its_section_child() -> None:
 def test_simulate_runs_every_section_within_three_minutes(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     started = time.monotonic()
-    done = subprocess.run(_command(out, "--simulate"), env=_env(), capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        _command(out, "--simulate"), env=_env(), capture_output=True, text=True, timeout=240, check=False
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert time.monotonic() - started < 180
     report = json.loads(out.read_text())

@@ -37,7 +37,8 @@ class RankProgress:
     """This rank's step and heartbeat in the store, and (rank 0) everyone's, read back."""
 
     def __init__(self, store: Any | None, rank: int, world_size: int) -> None:
-        self.store, self.rank, self.world_size = store, rank, world_size
+        self.store: Any = store
+        self.rank, self.world_size = rank, world_size
         self._stop = threading.Event()
         if store is not None:
             self.mark("joined")

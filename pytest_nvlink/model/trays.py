@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +72,7 @@ def read_trays(probes: Sequence[TrayProbe]) -> list[Tray]:
 
 
 def rank_gpus(
-    trays: Sequence[Tray], local_rank_of: dict[int, int], uuid_of: dict[int, str | None] | None = None
+    trays: Sequence[Tray], local_rank_of: dict[int, int], uuid_of: Mapping[int, str | None] | None = None
 ) -> dict[int, int]:
     """Global rank -> rack GPU index: the tray GPU with the rank's GPU UUID, else the one whose CUDA
     index is the rank's local rank (else that index).
