@@ -40,10 +40,11 @@ def test_torchrun_ranks_run_the_collectives_and_rank0_alone_writes(tmp_path: Pat
     document = json.loads(out.read_text())
     assert document["launcher"] == "torchrun"
     assert document["world_size"] == 3
+    gloo = {"cuda_index": None, "gpu_uuid": None}  # gloo ranks open no GPU
     assert document["ranks"] == [
-        {"rank": 0, "host": "tray-a", "local_rank": 0},
-        {"rank": 1, "host": "tray-a", "local_rank": 1},
-        {"rank": 2, "host": "tray-b", "local_rank": 0},
+        {"rank": 0, "host": "tray-a", "local_rank": 0, **gloo},
+        {"rank": 1, "host": "tray-a", "local_rank": 1, **gloo},
+        {"rank": 2, "host": "tray-b", "local_rank": 0, **gloo},
     ]
     assert document["hosts"] == ["tray-a", "tray-b"]
     assert document["error"] is None
@@ -84,10 +85,14 @@ def test_a_crashed_rank_fails_closed_with_an_error_entry(tmp_path: Path) -> None
     reduce, gather = document["measurements"]["collectives"]
     assert reduce["error"] is None and reduce["correct"] is True
     assert gather["busbw_gbps"] is None
-    assert gather["error"].startswith("rank 0 (a) failed in all_gather at 1 MiB after ")
+    # the dead rank (the cause) first, with the step it last finished; then what rank 0 saw
+    assert gather["error"].startswith(
+        "rank 1 (b) stopped answering (died or froze; its last step: after all_reduce at 1 MiB); "
+        "rank 0 (a) failed in all_gather at 1 MiB after "
+    )
     assert "a rank that crashed, hung or left the job shows up this way" in gather["error"]
     assert document["error"] == gather["error"]
-    assert "pytest-nvlink launch: rank 0 (a) failed in all_gather" in finished[0].stderr
+    assert "pytest-nvlink launch: rank 1 (b) stopped answering" in finished[0].stderr
 
 
 def test_a_hung_rank_makes_rank0_time_out_and_record_it(tmp_path: Path) -> None:
@@ -98,5 +103,8 @@ def test_a_hung_rank_makes_rank0_time_out_and_record_it(tmp_path: Path) -> None:
     assert finished[0].returncode == 1
     assert finished[1].returncode is None  # still hanging: the test killed it
     first, second = json.loads(out.read_text())["measurements"]["collectives"]
-    assert first["error"].startswith("rank 0 (a) failed in all_reduce at 1 MiB after ")
-    assert second["error"].startswith("not run: all_reduce failed first: rank 0 (a)")
+    assert first["error"].startswith(
+        "rank 1 (b) is alive but did not reach all_reduce at 1 MiB (its last step: joined); "
+        "rank 0 (a) failed in all_reduce at 1 MiB after "
+    )
+    assert second["error"].startswith("not run: all_reduce failed first: rank 1 (b) is alive")

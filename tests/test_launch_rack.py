@@ -79,7 +79,12 @@ def test_a_lost_tray_and_a_crashed_rank_fail_the_rack_closed(tmp_path: Path) -> 
     reduce, gather = node.measurements.collectives
     assert (reduce.correct, reduce.error) == (True, None)
     assert gather.error is not None
-    assert gather.error.startswith("rank 0 (tray-a) failed in all_gather at 1 MiB")
+    # the killed rank is named first, with the step it finished last; the results and JUnit carry it
+    assert gather.error.startswith(
+        "rank 1 (tray-b) stopped answering (died or froze; its last step: after all_reduce at 1 MiB); "
+        "rank 0 (tray-a) failed in all_gather at 1 MiB"
+    )
+    assert "rank 1 (tray-b) stopped answering" in (out / "junit.xml").read_text()
     (pair,) = node.measurements.p2p
     assert (pair.src, pair.dst, pair.value, pair.error) == (0, 1, None, gather.error)
     results = json.loads((out / "results.json").read_text())

@@ -183,6 +183,22 @@ def test_nccl_child_env_and_recorded_env(tmp_path: Path) -> None:
     assert "NCCL_DEBUG" not in gloo
 
 
+@pytest.mark.parametrize(
+    ("given", "ranks_get"),
+    [
+        ("COLL", "COLL,INIT,ENV,GRAPH"),
+        ("coll,init", "coll,init,ENV,GRAPH"),
+        ("^INIT,NET", "^NET"),
+        ("^INIT", "ALL"),
+        ("ALL", "ALL"),
+        ("", collectives.NCCL_DEBUG_SUBSYS),
+    ],
+)
+def test_a_users_debug_subsys_never_hides_the_lines_the_audit_reads(given: str, ranks_get: str, tmp_path: Path) -> None:
+    nccl = CollectiveSpec("nccl", 2, (("all_reduce", TINY),))
+    assert collectives.child_env(nccl, tmp_path, {"NCCL_DEBUG_SUBSYS": given})["NCCL_DEBUG_SUBSYS"] == ranks_get
+
+
 RANK_LOGS = {
     "nccl.node.101": (
         "node:101:201 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n"

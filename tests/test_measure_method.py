@@ -114,14 +114,19 @@ def test_all_links_scope_refused_falls_back_to_the_per_link_sum() -> None:
 class ScriptedBlocks(CudaCopyEngine):
     """The blocker rule alone: ``_run_once`` answers from a script instead of a GPU."""
 
-    def __init__(self, enqueue_times: Sequence[float]) -> None:  # no torch, no CUDA
+    def __init__(self, enqueue_times: Sequence[float], spin_share: float = 1.0) -> None:  # no torch, no CUDA
         self.script = list(enqueue_times)
         self.blocks: list[float] = []
         self._enqueue_s = {}
+        self._cudart, self._cudart_proven = None, False
+        self._cycles_per_s = {0: 1e9}
+        self.spin_share = spin_share  # the spin's real length over the one asked (idle calibration: < 1)
 
     def _run_once(self, lanes: Sequence[tuple[int, int]], nbytes: int, iterations: int, block_s: float) -> Timed:
         self.blocks.append(block_s)
-        return Timed(gpu_s=0.001, enqueue_s=self.script.pop(0), block_s=block_s)
+        spin_s = block_s * self.spin_share
+        self.spin_share = 1.0  # the retry is sized from the measured spin: it runs as asked
+        return Timed(gpu_s=0.001, enqueue_s=self.script.pop(0), block_s=block_s, spin_s=spin_s)
 
 
 def test_blocked_run_is_repeated_with_a_longer_blocker_when_enqueueing_outlasts_it() -> None:
@@ -134,6 +139,16 @@ def test_blocked_run_is_repeated_with_a_longer_blocker_when_enqueueing_outlasts_
     assert engine.blocks[2] == pytest.approx(0.033)  # the next run starts from what it saw
     with pytest.raises(BlockerTooShort, match="longer than the"):
         ScriptedBlocks([1.0, 4.0, 16.0, 64.0]).run_blocked([(0, 1)], 16, 100)
+
+
+def test_a_spin_shorter_than_asked_is_measured_and_the_figure_retried() -> None:
+    # Calibrated on an idle GPU, the 6 ms spin really lasts 1.2 ms: 3 ms of enqueueing outlasts it,
+    # so the copies may have started before it ended. The figure is retried, not reported.
+    engine = ScriptedBlocks([0.003, 0.003], spin_share=0.2)
+    timed = engine.run_blocked([(0, 1)], 16, 100)
+    assert engine.blocks == [pytest.approx(0.006), pytest.approx(0.012)]
+    assert timed.tries == 2 and timed.spin_s == pytest.approx(0.012)
+    assert engine._cycles_per_s[0] == pytest.approx(5e9)  # recalibrated from the spin it measured
 
 
 def test_bidirectional_is_the_union_of_both_directions_and_a_sum() -> None:

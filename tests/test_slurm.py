@@ -104,8 +104,8 @@ def test_srun_launches_the_collective_harness_on_gloo(tmp_path: Path) -> None:
     assert document["world_size"] == 2
     host = document["ranks"][0]["host"]  # slurmd's node name: the one-host cluster's only node
     assert document["ranks"] == [
-        {"rank": 0, "host": host, "local_rank": 0},
-        {"rank": 1, "host": host, "local_rank": 1},
+        {"rank": 0, "host": host, "local_rank": 0, "cuda_index": None, "gpu_uuid": None},  # gloo: no GPU
+        {"rank": 1, "host": host, "local_rank": 1, "cuda_index": None, "gpu_uuid": None},
     ]
     assert document["hosts"] == [host]
     assert document["error"] is None

@@ -17,11 +17,18 @@ def spawn_context() -> SpawnContext:
     return multiprocessing.get_context("spawn")
 
 
-def start_child(target: Callable[..., object], args: tuple[Any, ...], name: str) -> tuple[SpawnProcess, Connection]:
-    """Start ``target(send_end, *args)`` in a spawned daemon process; return it and the read end."""
+def start_child(
+    target: Callable[..., object], args: tuple[Any, ...], name: str, *, daemon: bool = True
+) -> tuple[SpawnProcess, Connection]:
+    """Start ``target(send_end, *args)`` in a spawned process; return it and the read end.
+
+    A daemonic child may not start processes of its own ("daemonic processes are not allowed to
+    have children"): a child that starts ranks (the device check's NCCL section) needs
+    ``daemon=False``, and then the caller must stop it (``stop_all``) on every path.
+    """
     ctx = spawn_context()
     reader, writer = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=target, args=(writer, *args), name=name, daemon=True)
+    process = ctx.Process(target=target, args=(writer, *args), name=name, daemon=daemon)
     process.start()
     writer.close()  # the child holds the only write end, so its death reads as EOF
     return process, reader

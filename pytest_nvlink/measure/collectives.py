@@ -32,6 +32,7 @@ from pytest_nvlink.model import CollectiveMeasurement, NcclAudit
 WATCHED_NCCL_ENV: tuple[str, ...] = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_NVLS_ENABLE")
 _OUR_NCCL_ENV = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_FILE"})
 NCCL_DEBUG_SUBSYS = "INIT,BOOTSTRAP,ENV,GRAPH"
+AUDITED_SUBSYS: tuple[str, ...] = ("INIT", "ENV", "GRAPH")  # what the transport audit reads
 GRACE_S = 1.0  # after a first failure, how long to wait for the other ranks' stories
 
 Progress = _proc.Progress
@@ -92,13 +93,28 @@ def recorded_nccl_env(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def debug_subsys(given: str | None) -> str:
+    """The user's NCCL_DEBUG_SUBSYS with the subsystems the audit reads put back (``^X``: all but X)."""
+    if not given or not given.strip():
+        return NCCL_DEBUG_SUBSYS
+    text = given.strip()
+    if text.startswith("^"):  # NCCL's "all but these": never exclude what the audit reads
+        kept = [part for part in text[1:].split(",") if part.strip() and part.strip().upper() not in AUDITED_SUBSYS]
+        return "^" + ",".join(kept) if kept else "ALL"
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    upper = {part.upper() for part in parts}
+    if "ALL" in upper:
+        return text
+    return ",".join(parts + [name for name in AUDITED_SUBSYS if name not in upper])
+
+
 def child_env(spec: CollectiveSpec, tmpdir: Path, environ: Mapping[str, str]) -> dict[str, str]:
     """Variables each rank sets before importing torch (on top of what it inherits)."""
     env = {"OMP_NUM_THREADS": environ.get("OMP_NUM_THREADS", "1")}
     if spec.backend == "nccl":
         env["NCCL_DEBUG"] = "INFO"
         env["NCCL_DEBUG_FILE"] = str(tmpdir / "nccl.%h.%p")
-        env["NCCL_DEBUG_SUBSYS"] = environ.get("NCCL_DEBUG_SUBSYS", NCCL_DEBUG_SUBSYS)
+        env["NCCL_DEBUG_SUBSYS"] = debug_subsys(environ.get("NCCL_DEBUG_SUBSYS"))
     env.update(dict(spec.env))
     return env
 
@@ -198,9 +214,18 @@ class _Group:
         return None
 
     def _grace(self) -> None:
+        """Wait for the other ranks' stories, and for a dying rank to be seen dead.
+
+        A killed rank's sockets close before it is reaped, so a peer's "connection closed" can arrive
+        while the killed rank still reads alive; its pipe may be closed too. Waiting on liveness, not
+        only on open pipes, lets the dead rank (the cause) be named first.
+        """
         deadline = time.monotonic() + GRACE_S
-        while self.open and time.monotonic() < deadline:
-            self.receive(0.1)
+        while time.monotonic() < deadline:
+            if self.open:
+                self.receive(0.1)
+            else:
+                time.sleep(0.05)
             quiet = [r for r, p in enumerate(self.processes) if p.is_alive() and r not in self.errors]
             if not quiet:
                 return

@@ -251,7 +251,7 @@ def rack_node(group: Group, settings: Settings, probes: list[rack.TrayProbe]) ->
             f"the rack's process group did not form, so the other trays are unknown: {group.failure}"
         )
     local_rank_of = {m.rank: m.local_rank for m in group.members} or {group.info.rank: group.info.local_rank}
-    return node, rack.rank_gpus(trays, local_rank_of)
+    return node, rack.rank_gpus(trays, local_rank_of, {m.rank: m.gpu_uuid for m in group.members})
 
 
 def run_rack_command(info: RankInfo, settings: Settings, out_dir: Path) -> int:

@@ -25,12 +25,14 @@ from typing import Any
 from pytest_nvlink.measure import collectives as local
 from pytest_nvlink.measure.busbw import buffers_for, format_size
 from pytest_nvlink.measure.collectives import CollectiveSpec
+from pytest_nvlink.measure.launched_progress import RankProgress, default_store
 from pytest_nvlink.measure.ranks import RankInfo
 from pytest_nvlink.measure.worker import RankFailed, WorkerSpec, init_rank, run_ops
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit
 
 ROOT = 0
-# Under NCCL a rank's CUDA device is its local rank, as torchrun and srun --gpus-per-task number them.
+# Under NCCL a rank's CUDA device is picked from what the process sees (worker.visible_device): its
+# local rank when it sees every GPU of the node, cuda:0 when the launcher bound it to one GPU.
 
 
 @dataclass
@@ -40,6 +42,8 @@ class Member:
     rank: int
     host: str
     local_rank: int
+    cuda_index: int | None = None  # the CUDA device it opened (NCCL); None on gloo
+    gpu_uuid: str | None = None  # which GPU that is, whatever the process's numbering
 
 
 @dataclass
@@ -55,6 +59,7 @@ class Group:
     failure: str | None = None  # the first thing that broke the group, as rank 0 words it
     log_dir: Path | None = None  # NCCL only: this rank's NCCL_DEBUG_FILE folder
     recorded_env: dict[str, str] = field(default_factory=dict)  # the user's NCCL_* settings
+    progress: RankProgress | None = None  # every rank's step and heartbeat, in the rendezvous store
 
     @property
     def is_root(self) -> bool:
@@ -98,10 +103,14 @@ def join(info: RankInfo, spec: CollectiveSpec) -> Group:
         group.recorded_env = local.recorded_nccl_env(os.environ)
         group.log_dir = Path(tempfile.mkdtemp(prefix="pytest-nvlink-nccl-"))
         os.environ.update(local.child_env(spec, group.log_dir, os.environ))
+        # torch's default tears the process down on a watchdog timeout, before rank 0 can write
+        # anything: abort the communicator and raise in this rank instead (CleanUpOnly).
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
     started = time.monotonic()
     try:
-        group.state = init_rank(info.rank, worker_spec(spec, group.ops), device_index=info.local_rank)
-        group.members = [Member(**json.loads(text)) for text in all_gather_json(group, _identity(info))]
+        group.state = init_rank(info.rank, worker_spec(spec, group.ops), local_rank=info.local_rank)
+        group.progress = RankProgress(default_store(group.dist), info.rank, info.world_size)
+        group.members = [Member(**json.loads(text)) for text in all_gather_json(group, _identity(group))]
     except BaseException as exc:
         group.fail("process-group init", exc, started)
         group.state = None
@@ -122,11 +131,29 @@ def contradiction(members: list[Member]) -> str | None:
                 "contradict each other"
             )
         seen[key] = member.rank
+    by_uuid: dict[str, int] = {}
+    for member in members:
+        if member.gpu_uuid is None:
+            continue
+        if member.gpu_uuid in by_uuid:
+            return (
+                f"ranks {by_uuid[member.gpu_uuid]} and {member.rank} both opened GPU {member.gpu_uuid}; "
+                "the launcher gave two tasks one GPU (check --gpus-per-task / --gpu-bind / CUDA_VISIBLE_DEVICES)"
+            )
+        by_uuid[member.gpu_uuid] = member.rank
     return None
 
 
-def _identity(info: RankInfo) -> dict[str, Any]:
-    return {"rank": info.rank, "host": info.host, "local_rank": info.local_rank}
+def _identity(group: Group) -> dict[str, Any]:
+    info, device = group.info, group.state.device
+    cuda_index = device.index if getattr(device, "type", None) == "cuda" else None
+    return {
+        "rank": info.rank,
+        "host": info.host,
+        "local_rank": info.local_rank,
+        "cuda_index": cuda_index,
+        "gpu_uuid": group.state.gpu_uuid,
+    }
 
 
 def all_gather_json(group: Group, value: object) -> list[str]:
@@ -153,9 +180,28 @@ def run_collectives(group: Group) -> list[CollectiveMeasurement]:
         except BaseException as exc:
             phase = exc.phase if isinstance(exc, RankFailed) else "collectives"
             group.fail(_phase_text(group, phase), exc, started)
+            name_the_cause(group)
     if not group.is_root:
         return []
     return local.entries_for(group.spec, measured, group.refused, group.failure, None)
+
+
+def describe_rank(group: Group, rank: int) -> str:
+    """``rank 1 (host b, GPU GPU-…)``: who, where and on which GPU, as the first all-gather said."""
+    member = next((m for m in group.members if m.rank == rank), None)
+    if member is None:
+        return f"rank {rank}"
+    gpu = f", GPU {member.gpu_uuid} (cuda:{member.cuda_index})" if member.gpu_uuid else ""
+    return f"rank {rank} ({member.host}{gpu})"
+
+
+def name_the_cause(group: Group) -> None:
+    """Rank 0: put the rank that died or hung (the cause) in front of what rank 0 itself saw."""
+    if not group.is_root or group.progress is None or group.failure is None:
+        return
+    culprits = group.progress.culprits(lambda rank: describe_rank(group, rank))
+    if culprits:
+        group.failure = f"{culprits}; {group.failure}"
 
 
 def _phase_text(group: Group, phase: str) -> str:
@@ -169,12 +215,16 @@ def _collector(group: Group, measured: dict[str, CollectiveMeasurement]) -> Call
     sizes = dict(group.ops)
 
     def send(message: tuple[Any, ...]) -> None:
+        if message[0] == "start" and group.progress is not None:
+            group.progress.mark(_phase_text(group, message[2]))
         if message[0] != "result":
             return
         op, payload = message[2], message[3]
         payloads = gather_json(group, payload)
         if payloads is not None:
             measured[op] = local.measurement_of(group.spec, op, sizes[op], payloads)
+        if group.progress is not None:
+            group.progress.mark(f"after {_phase_text(group, op)}")
 
     return send
 

@@ -13,6 +13,9 @@ p2pBandwidthLatencyTest's definition) and is stored once per unordered pair, wit
 The path proof does not reuse the timed window (a few ms, too short to trust NVML's counter
 refresh): after the timing, a proof copy of at least ``proof_seconds`` runs between two counter
 reads, and the read after it is repeated until two reads agree (the counters have caught up).
+The proof copy is not timed, so it runs unblocked, in chunks of at most ``PROOF_CHUNK`` copies
+with a sync between them: queued behind one blocker, a second of copies (~1,400 on H100) would
+fill CUDA's launch queue and block the host, which no reference does (nvbandwidth loops 16 times).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from pytest_nvlink.model import P2PMeasurement
 GB = 1e9
 MIB = 1 << 20
 MAX_PROOF_ITERATIONS = 100_000
+PROOF_CHUNK = 16  # copies queued at once by the path proof: nvbandwidth's loop count
 TorchCopyEngine = CudaCopyEngine  # the name callers know; it prefers cudaMemcpyPeerAsync over copy_
 KINDS: tuple[str, ...] = ("unidirectional", "bidirectional", "latency")
 
@@ -152,6 +156,7 @@ class _Pair:
         except Exception as exc:
             result.error = f"copy failed: {type(exc).__name__}: {exc}"
             return result
+        result.source = self.engine.name  # the route that produced the figure (after any fallback)
         result.value = _gbps(plan.nbytes * plan.iterations, seconds)
         self._prove_path(result, src, dst, seconds / plan.iterations if plan.iterations else 0.0)
         return result
@@ -162,12 +167,13 @@ class _Pair:
         if self.reader is None:
             result.counters_note = "no traffic counter reader configured"
             return
-        wanted = math.ceil(plan.proof_seconds / seconds_per_copy) if seconds_per_copy > 0 else plan.iterations
-        iterations = min(max(plan.iterations, wanted), MAX_PROOF_ITERATIONS)
-        nbytes = plan.nbytes * iterations
+        chunks = proof_chunks(plan.proof_seconds, seconds_per_copy, plan.iterations)
+        nbytes = plan.nbytes * sum(chunks)
+        copy = getattr(self.engine, "copy_unblocked", None) or self.engine.copy
         try:
             before = settled_counters(self.reader, (src, dst), _tolerance(nbytes), plan)
-            self.engine.copy(src, dst, plan.nbytes, iterations)
+            for chunk in chunks:
+                copy(src, dst, plan.nbytes, chunk)
             after = settled_counters(self.reader, (src, dst), _tolerance(nbytes), plan)
         except Exception as exc:
             result.counters_note = f"proof copy failed: {type(exc).__name__}: {exc}"
@@ -184,6 +190,7 @@ class _Pair:
         except Exception as exc:
             result.error = f"copy failed: {type(exc).__name__}: {exc}"
             return result
+        result.source = self.engine.name
         result.bytes_copied = 2 * plan.nbytes * plan.iterations
         result.value = _gbps(result.bytes_copied, seconds)
         result.bidirectional_sum = bool(getattr(self.engine, "bidirectional_sum", True))
@@ -198,9 +205,18 @@ class _Pair:
         except Exception as exc:
             result.error = f"copy failed: {type(exc).__name__}: {exc}"
             return result
+        result.source = self.engine.name
         result.bytes_copied = plan.latency_bytes * plan.latency_iterations
         result.value = seconds / plan.latency_iterations * 1e6
         return result
+
+
+def proof_chunks(proof_seconds: float, seconds_per_copy: float, iterations: int) -> list[int]:
+    """Copies per chunk for a proof of at least ``proof_seconds`` (at least ``iterations`` copies)."""
+    wanted = math.ceil(proof_seconds / seconds_per_copy) if seconds_per_copy > 0 else iterations
+    total = min(max(iterations, wanted), MAX_PROOF_ITERATIONS)
+    full, rest = divmod(total, PROOF_CHUNK)
+    return [PROOF_CHUNK] * full + ([rest] if rest else [])
 
 
 def _tolerance(nbytes: int) -> int:

@@ -193,6 +193,7 @@ class _Rank:
     spec: WorkerSpec
     rank: int
     device: Any
+    gpu_uuid: str | None = None  # the GPU this rank opened (NCCL), as the driver names it
 
     def sync(self) -> None:
         if self.spec.backend == "nccl":
@@ -232,15 +233,44 @@ class _Rank:
         return elapsed / self.spec.iterations
 
 
-def _init(rank: int, spec: WorkerSpec, device_index: int | None = None) -> _Rank:
+def visible_device(torch: Any, local_rank: int, environ: Any = os.environ) -> int:
+    """The CUDA index a launched rank uses: from what this process sees, not from its rank number.
+
+    Under ``srun --gpus-per-task=1``, ``--gpu-bind`` or a one-GPU pod every task sees one GPU, as
+    ``cuda:0``, whatever its local rank; a task that sees all of the node's GPUs uses its local rank.
+    """
+    count = int(torch.cuda.device_count())
+    if count == 1:
+        return 0
+    if 0 <= local_rank < count:
+        return local_rank
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    raise RuntimeError(
+        f"local rank {local_rank} has no GPU of its own: this process sees {count} "
+        f"(CUDA_VISIBLE_DEVICES={visible!r}); bind one GPU per task or run one task per visible GPU"
+    )
+
+
+def _gpu_uuid(torch: Any, index: int) -> str | None:
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith("GPU-") else f"GPU-{text}"
+
+
+def _init(rank: int, spec: WorkerSpec, local_rank: int | None = None) -> _Rank:
     import torch  # only in the child, after the NCCL env is set
     import torch.distributed as dist
 
     options: dict[str, Any] = {}
     device: Any = torch.device("cpu")
+    uuid = None
     if spec.backend == "nccl":
-        device = torch.device(f"cuda:{spec.devices[rank] if device_index is None else device_index}")
+        index = spec.devices[rank] if local_rank is None else visible_device(torch, local_rank)
+        device = torch.device(f"cuda:{index}")
         torch.cuda.set_device(device)
+        uuid = _gpu_uuid(torch, index)
         options["device_id"] = device  # eager NCCL init: an init hang shows up as one
     dist.init_process_group(
         spec.backend,
@@ -250,7 +280,7 @@ def _init(rank: int, spec: WorkerSpec, device_index: int | None = None) -> _Rank
         timeout=timedelta(seconds=spec.pg_timeout_s),
         **options,
     )
-    return _Rank(torch, dist, spec, rank, device)
+    return _Rank(torch, dist, spec, rank, device, uuid)
 
 
 Send = Callable[[tuple[Any, ...]], None]
@@ -264,17 +294,17 @@ class RankFailed(Exception):
         self.phase = phase
 
 
-def init_rank(rank: int, spec: WorkerSpec, device_index: int | None = None) -> _Rank:
+def init_rank(rank: int, spec: WorkerSpec, local_rank: int | None = None) -> _Rank:
     """Join the process group (``spec.init_method``), honouring an injected ``init`` fault.
 
-    ``device_index`` is the CUDA device under NCCL when the rank's launcher chose it (LOCAL_RANK);
-    spawned ranks take ``spec.devices[rank]``. Raises :class:`RankFailed`.
+    ``local_rank`` is given for a rank a launcher started: its CUDA device under NCCL is then picked
+    by :func:`visible_device`; spawned ranks take ``spec.devices[rank]``. Raises :class:`RankFailed`.
     """
     try:
         faults = parse_faults(os.environ.get(FAULT_ENV, ""))
         first_op = spec.ops[0][0] if spec.ops else "init"
         _inject(fault_for(faults, rank, "init", first_op))
-        return _init(rank, spec, device_index)
+        return _init(rank, spec, local_rank)
     except BaseException as exc:
         raise RankFailed("init", exc) from exc
 

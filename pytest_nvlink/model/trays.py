@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,15 +71,32 @@ def read_trays(probes: Sequence[TrayProbe]) -> list[Tray]:
     return trays
 
 
-def rank_gpus(trays: Sequence[Tray], local_rank_of: dict[int, int]) -> dict[int, int]:
-    """Global rank -> rack GPU index: the tray GPU whose CUDA index is the rank's local rank (else that index)."""
+def rank_gpus(
+    trays: Sequence[Tray], local_rank_of: dict[int, int], uuid_of: Mapping[int, str | None] | None = None
+) -> dict[int, int]:
+    """Global rank -> rack GPU index: the tray GPU with the rank's GPU UUID, else the one whose CUDA
+    index is the rank's local rank (else that index).
+
+    The UUID comes first: under ``srun --gpus-per-task=1`` every rank sees its GPU as ``cuda:0``, so
+    neither its CUDA index nor its local rank says which of the tray's GPUs it used.
+    """
     mapping = {}
     for tray in trays:
-        by_cuda = {g.cuda_index: g.index for g in tray.node.gpus if g.cuda_index is not None} if tray.node else {}
+        gpus = tray.node.gpus if tray.node else []
+        by_cuda = {g.cuda_index: g.index for g in gpus if g.cuda_index is not None}
+        by_uuid = {_uuid_key(g.uuid): g.index for g in gpus if g.uuid}
         for rank in tray.ranks:
             local = local_rank_of[rank]
-            mapping[rank] = tray.offset + by_cuda.get(local, local)
+            uuid = (uuid_of or {}).get(rank)
+            found = by_uuid.get(_uuid_key(uuid)) if uuid else None
+            mapping[rank] = tray.offset + (found if found is not None else by_cuda.get(local, local))
     return mapping
+
+
+def _uuid_key(uuid: str) -> str:
+    """torch's UUIDs lack NVML's ``GPU-`` prefix."""
+    text = uuid.strip().lower()
+    return text[4:] if text.startswith("gpu-") else text
 
 
 def merge_trays(trays: Sequence[Tray], host: str, source: str = "live") -> Node:
