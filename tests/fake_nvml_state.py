@@ -24,7 +24,9 @@ from fake_nvml_api import (
     c_nvmlGpuFabricInfo_t,
     c_nvmlGpuFabricInfo_v2_t,
     nvmlPciInfo_t,
+    struct_c_nvmlDevice_t,
 )
+from fake_nvml_events import EventsMixin
 
 from pytest_nvlink.model import Gpu, Node, NvLinkInfo, normalize_pci_bus_id, nvlink_count_of_path
 
@@ -62,11 +64,14 @@ def _raise(code: int) -> Any:
 class _Handle:
     """An opaque device handle, like pynvml's ``c_nvmlDevice_t``."""
 
-    __slots__ = ("_owner", "_position")
+    __slots__ = ("_as_parameter_", "_device", "_owner", "_position")
 
     def __init__(self, owner: FakeNvml, position: int) -> None:
         self._owner = owner
         self._position = position
+        # What ctypes passes for it, as for pynvml's POINTER(struct_c_nvmlDevice_t): event data points here too.
+        self._device = struct_c_nvmlDevice_t()
+        self._as_parameter_ = ctypes.pointer(self._device)
 
     def __repr__(self) -> str:
         return "<fake_pynvml.c_nvmlDevice_t>"
@@ -92,7 +97,7 @@ _NO_INIT = {"nvmlInit", "nvmlInitWithFlags", "nvmlExceptionClass", "nvmlErrorStr
 _LOST_OK = {"nvmlDeviceGetHandleByIndex", "nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v3"}
 
 
-class FakeNvml:
+class FakeNvml(EventsMixin):
     """The state behind one fake module. Public ``nvml*`` methods become the module's functions."""
 
     def __init__(
@@ -114,6 +119,7 @@ class FakeNvml:
         counter_lag_reads: int = 0,
         background_bytes_per_read: int = 0,
         aggregate_scope_fails: bool = False,
+        no_xid_events: Iterable[int] = (),
     ) -> None:
         self.node = node if node is not None else Node(source="fake")
         by_index = {gpu.index: gpu for gpu in self.node.gpus}
@@ -149,6 +155,7 @@ class FakeNvml:
         self.error_growth: dict[tuple[int, int, str], int] = {}
         self.error_reads: dict[tuple[int, int, str], int] = {}
         self._handles = [_Handle(self, position) for position in range(len(self.gpus))]
+        self._init_events(no_xid_events=set(no_xid_events))
 
     # --- test controls ----------------------------------------------------------------------
 

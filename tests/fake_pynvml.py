@@ -35,9 +35,14 @@ from fake_nvml_api import (
     c_nvmlGpuFabricInfo_t,
     c_nvmlGpuFabricInfo_v2_t,
     c_nvmlGpuFabricInfoV_t,
+    c_nvmlDevice_t,
+    c_nvmlEventData_t,
+    c_nvmlEventSet_t,
     c_nvmlValue_t,
     nvmlExceptionClass,
     nvmlPciInfo_t,
+    struct_c_nvmlDevice_t,
+    struct_c_nvmlEventSet_t,
 )
 from fake_nvml_state import FakeNvml
 
@@ -51,6 +56,9 @@ __all__ = [
     "C",
     "FakeNvml",
     "NVMLError",
+    "c_nvmlDevice_t",
+    "c_nvmlEventData_t",
+    "c_nvmlEventSet_t",
     "c_nvmlFieldValue_t",
     "c_nvmlGpuFabricInfoV_t",
     "c_nvmlGpuFabricInfo_t",
@@ -60,6 +68,8 @@ __all__ = [
     "make_fake_pynvml",
     "nvmlExceptionClass",
     "nvmlPciInfo_t",
+    "struct_c_nvmlDevice_t",
+    "struct_c_nvmlEventSet_t",
 ]
 
 
@@ -82,12 +92,15 @@ def make_fake_pynvml(
     counter_lag_reads: int = 0,
     background_bytes_per_read: int = 0,
     aggregate_scope_fails: bool = False,
+    no_xid_events: Iterable[int] = (),
 ) -> types.ModuleType:
     """A module that behaves like ``pynvml`` on the machine ``node`` describes.
 
     ``missing_functions`` raise NVMLError_FunctionNotFound (an older driver); ``absent_functions``
     are not in the module at all (older bindings). ``nvml_order`` lists node GPU indices in NVML
-    enumeration order. ``lost_gpus`` are node GPU indices whose calls raise GpuIsLost.
+    enumeration order. ``lost_gpus`` are node GPU indices whose calls raise GpuIsLost. ``no_xid_events``
+    are node GPU indices whose driver offers no Xid events (a VM, MIG); ``module.queue_xid(gpu, xid)``
+    queues an Xid that the next event wait delivers.
     The fake's state is ``module.fake_state``; ``module.add_traffic`` / ``add_copy`` advance the
     traffic counters and ``module.inject_error`` makes a function fail.
     """
@@ -108,6 +121,7 @@ def make_fake_pynvml(
         counter_lag_reads=counter_lag_reads,
         background_bytes_per_read=background_bytes_per_read,
         aggregate_scope_fails=aggregate_scope_fails,
+        no_xid_events=no_xid_events,
     )
     module = types.ModuleType("pynvml", "Fake pynvml (tests/fake_pynvml.py)")
     module.__dict__.update(CONSTANTS)
@@ -117,6 +131,11 @@ def make_fake_pynvml(
         c_nvmlGpuFabricInfo_t=c_nvmlGpuFabricInfo_t,
         c_nvmlGpuFabricInfo_v2_t=c_nvmlGpuFabricInfo_v2_t,
         c_nvmlGpuFabricInfoV_t=c_nvmlGpuFabricInfoV_t,
+        c_nvmlDevice_t=c_nvmlDevice_t,
+        struct_c_nvmlDevice_t=struct_c_nvmlDevice_t,
+        c_nvmlEventSet_t=c_nvmlEventSet_t,
+        struct_c_nvmlEventSet_t=struct_c_nvmlEventSet_t,
+        c_nvmlEventData_t=c_nvmlEventData_t,
     )
     for value in (NVMLError, nvmlExceptionClass, nvmlPciInfo_t, c_nvmlValue_t, c_nvmlFieldValue_t):
         setattr(module, value.__name__, value)
@@ -131,6 +150,7 @@ def make_fake_pynvml(
         add_copy=state.add_copy,
         inject_error=state.inject_error,
         grow_errors_on_read=state.grow_errors_on_read,
+        queue_xid=state.queue_xid,
     )
     return module
 
