@@ -94,7 +94,10 @@ def when(event: XidEvent, window: EventWindow) -> str:
         return f"{at:.1f} s into the run{stamp}, {at - last.end_s:.1f} s after the {last.name} campaign ended"
     if window.campaigns:
         return f"{at:.1f} s into the run{stamp}, before the measurement campaigns began"
-    return f"{at:.1f} s into the window{stamp}"
+    if window.end is None:  # a live run's window: it ends when the run does
+        return f"{at:.1f} s into the run{stamp}, no measurement campaign having run yet"
+    began = f" at {window.start}" if window.start else ""
+    return f"at {event.stamp or f'{at:.1f} s'}, {at:.1f} s after the window began{began}"
 
 
 def window_text(window: EventWindow) -> str:
