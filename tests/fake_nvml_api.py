@@ -334,4 +334,3 @@ class c_nvmlEventData_t(_PrintableStructure):
         ("gpuInstanceId", ctypes.c_uint),
         ("computeInstanceId", ctypes.c_uint),
     ]
-

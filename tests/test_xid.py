@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import SNAPSHOTS, sample, serve_live_node
@@ -127,10 +129,9 @@ def test_an_empty_wait_raises_timeout_like_nvml() -> None:
         fake.nvmlEventSetWait_v2(events, 1)
 
 
-def xid_device_is(data: object, handle: object) -> bool:
-    import ctypes
-
-    return bool(ctypes.cast(data.device, ctypes.c_void_p).value == ctypes.cast(handle, ctypes.c_void_p).value)  # type: ignore[attr-defined]
+def xid_device_is(data: Any, handle: Any) -> bool:
+    """The event names the device of the handle registered: both point at one device struct."""
+    return bool(ctypes.cast(data.device, ctypes.c_void_p).value == ctypes.cast(handle, ctypes.c_void_p).value)
 
 
 def test_an_xid_is_placed_relative_to_the_campaigns() -> None:

@@ -55,7 +55,7 @@ def _xid_list(value: Any) -> str | None:
     if not isinstance(value, list):
         return f"expected a list of Xid numbers, got {type(value).__name__}"
     if not value:
-        return "an empty list fails no Xid; waive the key with a reason instead ([waive] \"xid.fail\" = \"why\")"
+        return 'an empty list fails no Xid; waive the key with a reason instead ([waive] "xid.fail" = "why")'
     for item in value:
         problem = _XID(item)
         if problem:

@@ -146,4 +146,3 @@ def fabric_events(node: Node) -> list[str]:
         elif event.kind == "fabric_manager":
             found.append(f"Fabric Manager: {event.text.strip()}")
     return found
-

@@ -120,7 +120,9 @@ def xid(ctx: Context, gpu: Gpu) -> Verdict:
     expected = f"no Xid of {', '.join(str(x) for x in sorted(fail))}"
     props = measured_properties(seen or "no Xid", expected, "Xid events", threshold) + gpu_properties(gpu)
     if window is None or events is None:
-        return unknown(f"the Xid events of GPU {index}", node.unknown_reason(f"gpu{index}.xid_events", _NO_WINDOW), props)
+        return unknown(
+            f"the Xid events of GPU {index}", node.unknown_reason(f"gpu{index}.xid_events", _NO_WINDOW), props
+        )
     props.append(("event_window", window_text(window)))
     failing = [e for e in mine if e.xid in fail]
     if failing:
@@ -151,7 +153,9 @@ def _uncovered(ctx: Context, gpu: Gpu, window: EventWindow, events: list[XidEven
     """Why the window cannot vouch for this GPU, or None when it can."""
     index = gpu.index
     if index not in window.gpus:
-        return ctx.node.unknown_reason(f"gpu{index}.xid_events", f"the {window.source} window does not cover GPU {index}")
+        return ctx.node.unknown_reason(
+            f"gpu{index}.xid_events", f"the {window.source} window does not cover GPU {index}"
+        )
     unnamed = [e for e in events if e.kind == "xid" and e.gpu is None]
     if unnamed and gpu.pci_bus_id is None:
         buses = ", ".join(sorted({e.pci_bus_id or "?" for e in unnamed}))

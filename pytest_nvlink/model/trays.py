@@ -106,7 +106,8 @@ def _events(rack: Node, trays: Sequence[Tray]) -> None:
     rack.xid_events = []
     gpus: list[int] = []
     for tray, window in windows:
-        assert tray.node is not None and window is not None
+        assert tray.node is not None
+        assert window is not None
         shift = tray.offset
         gpus.extend(index + shift for index in window.gpus)
         for event in tray.node.xid_events or []:

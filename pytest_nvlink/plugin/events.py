@@ -13,7 +13,7 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_nvlink.record.run import Run
-    from pytest_nvlink.sources.live.events import XidListener
+    from pytest_nvlink.sources.live.events import XidListener  # noqa: F401  (named in the stash key's string)
 
 LISTENER_KEY = pytest.StashKey["XidListener"]()
 

@@ -124,7 +124,9 @@ class XidListener:
                 return
             nvml.nvmlDeviceRegisterEvents(handle, xid_type, self._set)
         except nvml.NVMLError as exc:
-            self.node.unknown_reasons[key] = f"the driver refused to register Xid events for GPU {index} ({nvml_reason(exc)})"
+            self.node.unknown_reasons[key] = (
+                f"the driver refused to register Xid events for GPU {index} ({nvml_reason(exc)})"
+            )
             return
         self._by_handle[_address(handle)] = index
         gpu = self.node.gpu(index)
