@@ -8,6 +8,8 @@ real module and so that each file stays small. Import them through ``fake_pynvml
 from __future__ import annotations
 
 import ctypes
+import functools
+import operator
 import string
 from typing import Any, ClassVar
 
@@ -223,7 +225,26 @@ CONSTANTS: dict[str, Any] = {
     "NVML_GPU_NVLINK_BW_MODE_MIN": 0x2,
     "NVML_GPU_NVLINK_BW_MODE_HALF": 0x3,
     "NVML_GPU_NVLINK_BW_MODE_3QUARTER": 0x4,
+    # Event types (nvidia-ml-py "Event structures"; nvmlEventMigConfigChange has no "Type" in its name there).
+    "nvmlEventTypeSingleBitEccError": 0x0000000000000001,
+    "nvmlEventTypeDoubleBitEccError": 0x0000000000000002,
+    "nvmlEventTypePState": 0x0000000000000004,
+    "nvmlEventTypeXidCriticalError": 0x0000000000000008,
+    "nvmlEventTypeClock": 0x0000000000000010,
+    "nvmlEventTypePowerSourceChange": 0x0000000000000080,
+    "nvmlEventMigConfigChange": 0x0000000000000100,
+    "nvmlEventTypeSingleBitEccErrorStorm": 0x0000000000000200,
+    "nvmlEventTypeDramRetirementEvent": 0x0000000000000400,
+    "nvmlEventTypeDramRetirementFailure": 0x0000000000000800,
+    "nvmlEventTypeNonFatalPoisonError": 0x0000000000001000,
+    "nvmlEventTypeFatalPoisonError": 0x0000000000002000,
+    "nvmlEventTypeGpuUnavailableError": 0x0000000000004000,
+    "nvmlEventTypeGpuRecoveryAction": 0x0000000000008000,
+    "nvmlEventTypeNone": 0x0000000000000000,
 }
+CONSTANTS["nvmlEventTypeAll"] = functools.reduce(
+    operator.or_, (value for name, value in CONSTANTS.items() if name.startswith("nvmlEvent")), 0
+)
 CONSTANTS.update({f"NVML_ERROR_{name}": code for name, (code, _) in _ERRORS.items()})
 C = CONSTANTS  # short alias for the code below
 
@@ -371,3 +392,30 @@ class c_nvmlGpuFabricInfo_v3_t(ctypes.Structure):
 
     def __init__(self) -> None:
         super().__init__(version=C["nvmlGpuFabricInfo_v3"])
+
+
+# --- events: opaque handles and the data a wait returns, as pynvml declares them -------------------
+
+
+class struct_c_nvmlDevice_t(ctypes.Structure):
+    pass  # opaque, as in pynvml
+
+
+c_nvmlDevice_t = ctypes.POINTER(struct_c_nvmlDevice_t)
+
+
+class struct_c_nvmlEventSet_t(ctypes.Structure):
+    pass  # opaque, as in pynvml
+
+
+c_nvmlEventSet_t = ctypes.POINTER(struct_c_nvmlEventSet_t)
+
+
+class c_nvmlEventData_t(_PrintableStructure):
+    _fields_: ClassVar = [
+        ("device", c_nvmlDevice_t),
+        ("eventType", ctypes.c_ulonglong),
+        ("eventData", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]

@@ -23,7 +23,9 @@ from fake_nvml_api import (
     c_nvmlFieldValue_t,
     c_nvmlGpuFabricInfo_t,
     nvmlPciInfo_t,
+    struct_c_nvmlDevice_t,
 )
+from fake_nvml_events import EventsMixin
 
 from pytest_nvlink.model import FabricInfo, Gpu, Node, NvLinkInfo, normalize_pci_bus_id, nvlink_count_of_path
 
@@ -88,11 +90,14 @@ def _raise(code: int) -> Any:
 class _Handle:
     """An opaque device handle, like pynvml's ``c_nvmlDevice_t``."""
 
-    __slots__ = ("_owner", "_position")
+    __slots__ = ("_as_parameter_", "_device", "_owner", "_position")
 
     def __init__(self, owner: FakeNvml, position: int) -> None:
         self._owner = owner
         self._position = position
+        # What ctypes passes for it, as for pynvml's POINTER(struct_c_nvmlDevice_t): event data points here too.
+        self._device = struct_c_nvmlDevice_t()
+        self._as_parameter_ = ctypes.pointer(self._device)
 
     def __repr__(self) -> str:
         return "<fake_pynvml.c_nvmlDevice_t>"
@@ -118,7 +123,7 @@ _NO_INIT = {"nvmlInit", "nvmlInitWithFlags", "nvmlExceptionClass", "nvmlErrorStr
 _LOST_OK = {"nvmlDeviceGetHandleByIndex", "nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v3"}
 
 
-class FakeNvml:
+class FakeNvml(EventsMixin):
     """The state behind one fake module. Public ``nvml*`` methods become the module's functions."""
 
     def __init__(
@@ -142,6 +147,7 @@ class FakeNvml:
         aggregate_scope_fails: bool = False,
         fabric_versions: Iterable[int] = (C["nvmlGpuFabricInfo_v2"], C["nvmlGpuFabricInfo_v3"]),
         architectures: Mapping[int, int] | None = None,
+        no_xid_events: Iterable[int] = (),
     ) -> None:
         self.node = node if node is not None else Node(source="fake")
         by_index = {gpu.index: gpu for gpu in self.node.gpus}
@@ -181,6 +187,7 @@ class FakeNvml:
         self.error_growth: dict[tuple[int, int, str], int] = {}
         self.error_reads: dict[tuple[int, int, str], int] = {}
         self._handles = [_Handle(self, position) for position in range(len(self.gpus))]
+        self._init_events(no_xid_events=set(no_xid_events))
 
     # --- test controls ----------------------------------------------------------------------
 

@@ -31,6 +31,9 @@ from fake_nvml_api import (
     ERROR_CLASSES,
     C,
     NVMLError,
+    c_nvmlDevice_t,
+    c_nvmlEventData_t,
+    c_nvmlEventSet_t,
     c_nvmlFieldValue_t,
     c_nvmlGpuFabricInfo_t,
     c_nvmlGpuFabricInfo_v2_t,
@@ -39,6 +42,8 @@ from fake_nvml_api import (
     c_nvmlValue_t,
     nvmlExceptionClass,
     nvmlPciInfo_t,
+    struct_c_nvmlDevice_t,
+    struct_c_nvmlEventSet_t,
 )
 from fake_nvml_state import FakeNvml
 
@@ -52,6 +57,9 @@ __all__ = [
     "C",
     "FakeNvml",
     "NVMLError",
+    "c_nvmlDevice_t",
+    "c_nvmlEventData_t",
+    "c_nvmlEventSet_t",
     "c_nvmlFieldValue_t",
     "c_nvmlGpuFabricInfoV_t",
     "c_nvmlGpuFabricInfo_t",
@@ -62,6 +70,8 @@ __all__ = [
     "make_fake_pynvml",
     "nvmlExceptionClass",
     "nvmlPciInfo_t",
+    "struct_c_nvmlDevice_t",
+    "struct_c_nvmlEventSet_t",
 ]
 
 
@@ -86,6 +96,7 @@ def make_fake_pynvml(
     aggregate_scope_fails: bool = False,
     fabric_versions: Iterable[int] = (C["nvmlGpuFabricInfo_v2"], C["nvmlGpuFabricInfo_v3"]),
     architectures: Mapping[int, int] | None = None,
+    no_xid_events: Iterable[int] = (),
 ) -> types.ModuleType:
     """A module that behaves like ``pynvml`` on the machine ``node`` describes.
 
@@ -94,7 +105,8 @@ def make_fake_pynvml(
     ``fabric_versions`` are the fabric-info struct versions the driver accepts (R550: only v2);
     ``architectures`` maps node GPU indices to the ``NVML_DEVICE_ARCH_*`` they answer. ``nvml_order``
     lists node GPU indices in NVML enumeration order. ``lost_gpus`` are node GPU indices whose calls
-    raise GpuIsLost.
+    raise GpuIsLost. ``no_xid_events`` are node GPU indices whose driver offers no Xid events (a VM,
+    MIG); ``module.queue_xid(gpu, xid)`` queues an Xid that the next event wait delivers.
     The fake's state is ``module.fake_state``; ``module.add_traffic`` / ``add_copy`` advance the
     traffic counters and ``module.inject_error`` makes a function fail.
     """
@@ -117,6 +129,7 @@ def make_fake_pynvml(
         aggregate_scope_fails=aggregate_scope_fails,
         fabric_versions=fabric_versions,
         architectures=architectures,
+        no_xid_events=no_xid_events,
     )
     module = types.ModuleType("pynvml", "Fake pynvml (tests/fake_pynvml.py)")
     module.__dict__.update(CONSTANTS)
@@ -127,6 +140,11 @@ def make_fake_pynvml(
         c_nvmlGpuFabricInfo_v2_t=c_nvmlGpuFabricInfo_v2_t,
         c_nvmlGpuFabricInfo_v3_t=c_nvmlGpuFabricInfo_v3_t,
         c_nvmlGpuFabricInfoV_t=c_nvmlGpuFabricInfoV_t,
+        c_nvmlDevice_t=c_nvmlDevice_t,
+        struct_c_nvmlDevice_t=struct_c_nvmlDevice_t,
+        c_nvmlEventSet_t=c_nvmlEventSet_t,
+        struct_c_nvmlEventSet_t=struct_c_nvmlEventSet_t,
+        c_nvmlEventData_t=c_nvmlEventData_t,
     )
     for value in (NVMLError, nvmlExceptionClass, nvmlPciInfo_t, c_nvmlValue_t, c_nvmlFieldValue_t):
         setattr(module, value.__name__, value)
@@ -141,6 +159,7 @@ def make_fake_pynvml(
         add_copy=state.add_copy,
         inject_error=state.inject_error,
         grow_errors_on_read=state.grow_errors_on_read,
+        queue_xid=state.queue_xid,
     )
     return module
 

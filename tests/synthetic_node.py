@@ -75,6 +75,8 @@ def synthetic_node(count: int, host: str | None = None) -> Node:
         _pair_figure(m, src, dst) for src, dst in itertools.permutations(range(count), 2) for m in figures.values()
     ]
     node.measurements.collectives = [_collective(m, count) for m in template.measurements.collectives]
+    if node.event_window is not None:  # the run listened for Xid events on every GPU, and heard none
+        node.event_window.gpus = list(range(count))
     audit = node.measurements.nccl
     if audit is not None:
         rings = sorted({c.channel for c in audit.channels})

@@ -181,6 +181,7 @@ def test_every_family_covered_by_a_consistent_set(tmp_path: Path) -> None:
     write(root, "allreduce.log", tests)
     smi = "GPU 00000000:07:00.0\n    Product Name : NVIDIA A100-SXM4-80GB\n    Minor Number : 0\n"
     write(root, "q.txt", smi + "    Fabric\n        State : Completed\n        Status : Success\n")
+    write(root, "dmesg.txt", "[    6.012345] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.90.07\n[ 900.0] ok\n")
     node = load_evidence([root])
     covered = dict(coverage(node))
     assert list(covered) == list(FAMILIES)

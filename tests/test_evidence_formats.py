@@ -32,6 +32,7 @@ KNOWN_KINDS = {
     "nccl_log",
     "snapshot_json",
     "nvidia_smi_q",
+    "kernel_log",
 }
 
 
@@ -61,6 +62,7 @@ def test_detection_runs_from_the_most_specific_format() -> None:
         "nccl_log",
         "topo_p2p",
         "topo",
+        "kernel_log",
     ]
 
 
@@ -71,7 +73,8 @@ def test_unknown_text_names_every_tool(tmp_path: Path) -> None:
     assert str(raised.value) == (
         f"{tmp_path / 'notes.md'}: cannot tell which tool produced this text; expected output of nvidia-smi "
         "topo -m/-p2p, nvidia-smi nvlink -s/-e/-c/-R, nvidia-smi -q, nccl-tests, p2pBandwidthLatencyTest, "
-        "nvbandwidth, an NCCL_DEBUG=INFO log or a pytest-nvlink snapshot (leave other files out with "
+        "nvbandwidth, an NCCL_DEBUG=INFO log, a pytest-nvlink snapshot or a kernel log (dmesg, journalctl -k, "
+        "kern.log) (leave other files out with "
         "--nvlink-evidence-exclude=GLOB)"
     )
 

@@ -43,15 +43,12 @@ def test_an_unwritable_drain_script_names_the_option(tmp_path: Path) -> None:
     folder.mkdir()
     status, _, err = _fleet(str(tmp_path / "in"), "--drain-script", str(folder))
     assert status == INPUT_ERROR
-    assert (
-        err
-        == f"pytest-nvlink fleet: error: --drain-script: {folder} is a folder, not a file: nothing was written there\n"
-    )
+    assert err == f"pytest-nvlink fleet: error: --drain-script: {folder} is a folder, not a file\n"
     (tmp_path / "a-file").write_text("", encoding="utf-8")
     missing = tmp_path / "a-file" / "fleet.json"  # under a file: no folder can hold it
     status, _, err = _fleet(str(tmp_path / "in"), "--json", str(missing))
     assert status == INPUT_ERROR
-    assert err.startswith(f"pytest-nvlink fleet: error: --json: cannot write {missing}: ")
+    assert err.startswith(f"pytest-nvlink fleet: error: --json: cannot create {missing}: ")
     assert ".tmp" not in err
 
 

@@ -100,11 +100,14 @@ def test_frozen_snapshot_gives_the_verdicts_it_always_gave(pytester: pytest.Pyte
     # A rule added since this file was frozen: the PCIe generation is judged only as sampled under load,
     # which a schema-1 file never recorded, so those items fail closed as "not measured under load".
     expected |= {f"test_pcie_link[gpu{i}]" for i in range(8)}
+    # Likewise the Xid check (issue 27): a file that predates recorded events says nothing about Xids.
+    expected |= {f"test_xid[gpu{i}]" for i in range(8)}
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    assert len(cases) == 372
+    assert len(cases) == 380
     assert failed == expected
     assert "not measured under load" in _failure(cases["test_pcie_link[gpu0]"])
-    result.stdout.fnmatch_lines(["partial audit: 372 of 372 checks had evidence"])
+    assert "the source watched for no driver events" in _failure(cases["test_xid[gpu0]"])
+    result.stdout.fnmatch_lines(["partial audit: 380 of 380 checks had evidence"])
 
 
 def _failure(case: ET.Element) -> str:

@@ -157,6 +157,7 @@ FIELDS_READ = {
         "healthSummary",
     ),
     "nvmlPciInfo_t": ("busId", "busIdLegacy"),
+    "c_nvmlEventData_t": ("device", "eventType", "eventData"),  # sources/live/events.py
 }
 
 
@@ -313,3 +314,45 @@ def _constant_suffix(class_name: str) -> str:
     """``NVMLError_GpuIsLost`` -> ``GPU_IS_LOST``, the part after ``NVML_ERROR_``."""
     words = re.findall(r"[A-Z][a-z]*", class_name.removeprefix("NVMLError_"))
     return "_".join(words).upper()
+
+
+# --- events: the listener's calls, constants and the wait's Timeout, as the real module has them ---
+
+EVENT_FUNCTIONS = (
+    "nvmlEventSetCreate",
+    "nvmlDeviceGetSupportedEventTypes",
+    "nvmlDeviceRegisterEvents",
+    "nvmlEventSetWait_v2",
+    "nvmlEventSetWait",
+    "nvmlEventSetFree",
+)
+
+
+def test_event_constants_match_the_real_module(real: types.ModuleType) -> None:
+    names = [name for name in CONSTANTS if name.startswith("nvmlEvent")]
+    assert "nvmlEventTypeXidCriticalError" in names and "nvmlEventTypeAll" in names
+    fake = make_fake_pynvml(None)
+    for name in names:
+        assert getattr(real, name) == CONSTANTS[name] == getattr(fake, name), name
+    real_types = {name for name in dir(real) if name.startswith("nvmlEventType")}
+    assert real_types <= set(names)  # every event type the real module defines is in the fake
+    assert real.NVMLError_Timeout(0).value == real.NVML_ERROR_TIMEOUT == fake.NVMLError_Timeout(0).value
+
+
+def test_event_functions_take_the_real_parameters(real: types.ModuleType) -> None:
+    fake = make_fake_pynvml(None)
+    for name in EVENT_FUNCTIONS:
+        theirs = list(inspect.signature(getattr(real, name)).parameters)
+        assert list(inspect.signature(getattr(fake, name)).parameters) == theirs, name
+    source = (REPO / "pytest_nvlink" / "sources" / "live" / "events.py").read_text(encoding="utf-8")
+    called = set(re.findall(r"\bnvml\.(nvml[A-Za-z_0-9]+)\(", source))
+    assert {"nvmlEventSetCreate", "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2", "nvmlEventSetFree"} <= called
+    assert all(callable(getattr(real, name)) and callable(getattr(fake, name)) for name in called), called
+
+
+def test_the_wait_returns_the_real_event_struct_and_times_out_as_documented(real: types.ModuleType) -> None:
+    # nvidia-ml-py: "raises NVML_ERROR_TIMEOUT exception on timeout" above nvmlEventSetWait_v2.
+    assert "# raises NVML_ERROR_TIMEOUT exception on timeout\ndef nvmlEventSetWait_v2(" in inspect.getsource(real)
+    assert not hasattr(real.struct_c_nvmlEventSet_t, "_fields_")  # an opaque handle, as the fake's
+    assert not hasattr(make_fake_pynvml(None).struct_c_nvmlEventSet_t, "_fields_")
+    assert _layout(make_fake_pynvml(None).c_nvmlEventData_t) == _layout(real.c_nvmlEventData_t)

@@ -94,9 +94,17 @@ def test_probe_reproduces_the_snapshot(name: str, tmp_path: Path) -> None:
     assert node.p2p == expected.p2p
     assert node.unknown_reasons == expected.unknown_reasons
     # A probe measures nothing; the snapshot's measurements come from the measurement session, and its
-    # environment (versions, suite, outcome: snapshot schema 2) is recorded when the run saves.
+    # environment (versions, suite, outcome: snapshot schema 2) is recorded when the run saves; the Xid
+    # events and their window come from the listener that runs beside the session (sources/live/events.py).
+    assert node.xid_events is None and node.event_window is None
     probed = dataclasses.replace(
-        node, source="replay", host=expected.host, measurements=expected.measurements, environment=expected.environment
+        node,
+        source="replay",
+        host=expected.host,
+        measurements=expected.measurements,
+        environment=expected.environment,
+        xid_events=expected.xid_events,
+        event_window=expected.event_window,
     )
     assert probed == expected
     assert node.measurements.p2p == []

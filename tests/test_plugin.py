@@ -81,8 +81,8 @@ def test_live_probe_through_fake_nvml_passes_topology(
     install_fake_nvml("h100-8gpu-healthy")
     result = pytester.runpytest("--nvlink-suite=h100-8gpu", "-k", TOPOLOGY_ONLY, "-p", "no:cacheprovider")
     outcomes = result.parseoutcomes()
-    # 1 count + 1 driver + 8 x (model, 4 nvlink, fabric) + 28 paths + 56 P2P statuses
-    assert outcomes["passed"] == 2 + 8 * 6 + 28 + 56, result.stdout.str()
+    # 1 count + 1 driver + 8 x (model, 4 nvlink, fabric, Xid events listened for) + 28 paths + 56 P2P statuses
+    assert outcomes["passed"] == 2 + 8 * 7 + 28 + 56, result.stdout.str()
     # The PCIe generation needs the load of a measurement campaign; a topology-only run cannot show it (fail closed).
     assert outcomes["failed"] == 8
     result.stdout.fnmatch_lines(["*PCIe generation of GPU 0 under load (width x16 ok): not measured under load*"])
@@ -212,7 +212,7 @@ def test_junit_carries_measured_expected_and_threshold(pytester: pytest.Pytester
 def test_ini_suite_alone_collects_the_shipped_checks(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nnvlink_suite = h100-8gpu\nnvlink_replay = h100-8gpu-healthy\n")
     result = pytester.runpytest("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=372)
+    result.assert_outcomes(passed=380)
 
 
 @pytest.mark.parametrize(

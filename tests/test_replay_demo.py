@@ -12,7 +12,7 @@ from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 P2P_FIGURES = ("test_p2p_unidirectional", "test_p2p_bidirectional", "test_p2p_latency", "test_p2p_path_proof")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
-TOTAL = 2 + 8 * 7 + 28 + 56 + 4 * 56 + 5 + 1
+TOTAL = 2 + 8 * 8 + 28 + 56 + 4 * 56 + 5 + 1
 
 
 def _run(pytester: pytest.Pytester, snapshot: str) -> tuple[dict[str, ET.Element], pytest.RunResult]:
@@ -64,7 +64,7 @@ def test_vm_snapshot_fails_on_silent_pcie_fallback(pytester: pytest.Pytester) ->
     cases, result = _run(pytester, "h100-8gpu-vm-pcie")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     passing = {"test_gpu_count", "test_driver"}
-    passing |= {f"{check}[gpu{i}]" for check in ("test_gpu_model", "test_pcie_link") for i in range(8)}
+    passing |= {f"{check}[gpu{i}]" for check in ("test_gpu_model", "test_pcie_link", "test_xid") for i in range(8)}
     assert _failed(cases) == set(cases) - passing
     assert "silent PCIe fallback" in _message(cases, "test_path[gpu0-gpu1]")
     assert "passthrough VM guest" in _message(cases, "test_path[gpu0-gpu1]")

@@ -53,9 +53,9 @@ def test_results_json_follows_its_schema_and_carries_every_verdict(outputs: dict
     verdict, failed = DEMOS[snapshot]
     assert document["verdict"] == verdict
     assert document["counts"].get("failed", 0) == failed
-    assert len(document["items"]) == 372
-    assert document["audit"] == "partial audit: 372 of 372 checks had evidence"
-    assert document["audit_counts"] == {"judged": 372, "applicable": 372}
+    assert len(document["items"]) == 380
+    assert document["audit"] == "partial audit: 380 of 380 checks had evidence"
+    assert document["audit_counts"] == {"judged": 380, "applicable": 380}
     junit = _junit_failures(outputs[snapshot].junit)
     recorded = {item["nodeid"]: item["message"] for item in document["items"] if item["pytest_outcome"] == "failed"}
     assert len(junit) == failed
@@ -203,7 +203,7 @@ def test_under_xdist_the_record_holds_the_same_verdicts(outputs: dict[str, Outpu
     assert sorted(parallel_document["items"], key=lambda i: i["nodeid"]) == sorted(
         serial_items, key=lambda i: i["nodeid"]
     )
-    assert parallel_document["verdict"] == "FAIL" and parallel_document["counts"] == {"passed": 343, "failed": 29}
+    assert parallel_document["verdict"] == "FAIL" and parallel_document["counts"] == {"passed": 351, "failed": 29}
     assert "<h2>Failures (29)</h2>" in parallel.html.read_text(encoding="utf-8")
 
 
@@ -230,7 +230,7 @@ def test_an_evidence_run_without_full_coverage_reads_incomplete(pytester: pytest
     assert result.ret == 0
     page = report.read_text(encoding="utf-8")
     assert '<header class="banner INCOMPLETE" id="verdict">' in page
-    assert "partial audit: 29 of 364 checks had evidence (335 without evidence, 8 not applicable)" in page
+    assert "partial audit: 29 of 372 checks had evidence (343 without evidence, 8 not applicable)" in page
     row = "<td>nvlinks</td><td>test_nvlink_active_links, test_nvlink_version, test_nvlink_speed</td><td>(none)</td>"
     assert row in page
 

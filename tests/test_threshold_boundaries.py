@@ -51,6 +51,7 @@ NOT_BOUNDS: dict[str, str] = {
     "sku.name": "a label shown in reports; no verdict compares with it",
     "fabric.required": "a switch (the fabric check applies or not), not a figure with a boundary",
     "fabric.clique_required": "a switch (the rack clique check applies or not), not a figure with a boundary",
+    "xid.fail": "a list of Xid numbers (membership, tests/test_xid.py), not a figure with a boundary",
     **{
         f"collectives.{op}.assumes_nvls": "chooses the likely cause a failing collective names; it moves no verdict"
         for op in COLLECTIVE_OPS

@@ -52,6 +52,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         lambda suite: True,
         ("nvlink.active_links", "pcie.generation_min", "pcie.width_min"),
     ),
+    Requirement("every GPU's Xid events during the run are judged", lambda suite: True, ("xid.fail",)),
     Requirement("its topology expects NV# pairs", Suite.expects_any_nvlink, NVLINK_KEYS + P2P_KEYS),
     Requirement("suite.nvswitch = true", lambda suite: suite.nvswitch, ("fabric.required",)),
     Requirement(

@@ -52,6 +52,23 @@ def error_run_key(counter: str) -> str:
     return f"nvlink_errors.{counter}_{RUN_LIMIT_KIND[counter]}"
 
 
+def _xid_list(value: Any) -> str | None:
+    """``xid.fail``: the Xid numbers that fail a GPU, each listed once."""
+    if not isinstance(value, list):
+        return f"expected a list of Xid numbers, got {type(value).__name__}"
+    if not value:
+        return 'an empty list fails no Xid; waive the key with a reason instead ([waive] "xid.fail" = "why")'
+    for item in value:
+        problem = _XID(item)
+        if problem:
+            return f"{item!r}: {problem}"
+    repeated = sorted({item for item in value if value.count(item) > 1})
+    return f"Xid {repeated[0]} is listed twice" if repeated else None
+
+
+_XID = _int_range(1, 65_535)  # NVIDIA's Xid catalogue numbers them from 1 (173 in R580); the room is generous
+
+
 THRESHOLD_SCHEMA: dict[str, Check] = {
     "sku.name": _text,
     "nvlink.version": _int_range(1, 7),
@@ -68,6 +85,8 @@ THRESHOLD_SCHEMA: dict[str, Check] = {
     "p2p.nvlink_counter_fraction_min": _FRACTION,
     # At least 1: a copy moves at least its own bytes over the link it used.
     "p2p.nvlink_counter_fraction_max": _number(1.0, 100.0, low_allowed=True),
+    # Which Xid numbers, seen during the run (NVML events, a kernel log), fail the GPU they name.
+    "xid.fail": _xid_list,
 }
 for _counter in ALL_ERROR_COUNTER_NAMES:
     THRESHOLD_SCHEMA[error_total_key(_counter)] = _COUNT

@@ -13,5 +13,6 @@ One module per area, mirroring ``pytest_nvlink/checks/test_<area>.py``:
 - ``inventory``, ``nvlink``, ``topology``, ``platform``, ``bandwidth``, ``collectives``,
   ``baseline``, ``rack``: the judges the checks of that area call.
 - ``errors``: NVLink error counters of one GPU (for ``nvlink``).
+- ``xid``: the Xid events of one GPU during the run (live NVML events or a kernel log of the window).
 - ``groups``: one verdict for all pairs of one source GPU, from the per-pair verdicts.
 """

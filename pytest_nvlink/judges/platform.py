@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pytest_nvlink.config.thresholds import Threshold
 from pytest_nvlink.judges.context import Context, gpu_properties, per_gpu
-from pytest_nvlink.model import FabricInfo, Gpu
+from pytest_nvlink.model import FabricInfo, Gpu, Node
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, not_applicable, passed, unknown
 
 
@@ -22,6 +22,14 @@ def fabric(ctx: Context, gpu: Gpu) -> Verdict:
     props = measured_properties(
         info.state if info else None, "completed/success", "fabric state", threshold
     ) + gpu_properties(gpu)
+    switch_events = fabric_events(ctx.node)
+    if switch_events:
+        return failed(
+            f"GPU {index}: the NVSwitch fabric reported {len(switch_events)} error event(s) during the "
+            f"run: {'; '.join(switch_events[:3])} ({threshold.where()}); likely cause: an NVSwitch or its links — "
+            "check the Fabric Manager log and the SXid's entry in the Fabric Manager User Guide",
+            [*props, ("fabric_events", "; ".join(switch_events))],
+        )
     unplaced = ctx.node.unknown_reasons.get("fabric.unplaced_fault")
     if info is None and unplaced is not None:
         return failed(
@@ -145,3 +153,19 @@ def fabric_health_known(info: FabricInfo) -> bool:
         or info.degraded_bandwidth is not None
         or (info.health_summary or "").strip().lower() not in ("", "not_supported")
     )
+
+
+def fabric_events(node: Node) -> list[str]:
+    """The NVSwitch SXids and Fabric Manager failures the event window holds, one short text each.
+
+    An SXid names an NVSwitch, not a GPU, and a Fabric Manager line no device: either concerns every GPU of the
+    fabric. Source: NVIDIA Fabric Manager User Guide (SXid errors are reported for NVSwitch hardware conditions
+    in the kernel log, as Xids are for GPUs; https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/).
+    """
+    found = []
+    for event in node.xid_events or []:
+        if event.kind == "sxid":
+            found.append(f"SXid {event.xid} on NVSwitch {event.pci_bus_id or '?'}: {event.text.strip()}")
+        elif event.kind == "fabric_manager":
+            found.append(f"Fabric Manager: {event.text.strip()}")
+    return found

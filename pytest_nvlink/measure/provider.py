@@ -6,6 +6,7 @@ the checks never learn whether a figure was measured a second ago or read from a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from itertools import permutations
 from typing import TYPE_CHECKING
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from pytest_nvlink.measure.p2p_counters import CounterReaderFactory
 
 Progress = Callable[[str], None]
+# Told each campaign's name and its start and end (host clock, time.time()), for the Xid event window.
+CampaignHook = Callable[[str, float, float], None]
 CudaDevices = Callable[[], "list[tuple[int, str | None, str | None]] | str"]
 
 
@@ -43,6 +46,7 @@ class LiveMeasurements:
         engine_factory: EngineFactory | None = None,
         counter_factory: CounterReaderFactory | None = None,
         cuda_devices: CudaDevices | None = None,
+        campaign_hook: CampaignHook | None = None,
     ) -> None:
         """``engine_factory``/``counter_factory`` replace the CUDA copy engine and NVML counters
         (picklable, built in the child); ``cuda_devices`` replaces the child that lists CUDA devices."""
@@ -60,6 +64,7 @@ class LiveMeasurements:
         self._recorded = RecordedMeasurements(node)
         # The campaigns ("p2p", "collectives") the session's selected checks will ask for.
         self._planned = planned
+        self._campaign_hook = campaign_hook
 
     def _cuda_of(self) -> dict[int, int]:
         # CUDA is asked in a child process: the pytest process stays NVML-only (no CUDA context).
@@ -101,6 +106,7 @@ class LiveMeasurements:
         from pytest_nvlink.measure.live import measure_p2p
 
         cuda_of = self._cuda_of()
+        started = time.time()
         with self._watch(loads_gpus=True) as watch:
             results = measure_p2p(
                 self._node,
@@ -112,6 +118,7 @@ class LiveMeasurements:
             )
             watch.moved_traffic = any(m.value is not None for m in results)
         self._node.measurements.p2p.extend(results)
+        self._campaign_ran("p2p", started)
 
     def complete(self) -> None:
         """Run the planned campaigns not run yet: error deltas and PCIe-under-load then cover all of them."""
@@ -141,6 +148,7 @@ class LiveMeasurements:
         from pytest_nvlink.measure.live import measure_collectives
 
         cuda_of = self._cuda_of()
+        started = time.time()
         # gloo runs on the CPU: it moves no GPU traffic, so it says nothing about the PCIe link under load.
         with self._watch(loads_gpus=self._backend != "gloo") as watch:
             results, audit = measure_collectives(
@@ -150,3 +158,8 @@ class LiveMeasurements:
         self._node.measurements.collectives.extend(results)
         if audit is not None:
             self._node.measurements.nccl = audit
+        self._campaign_ran("collectives", started)
+
+    def _campaign_ran(self, name: str, started: float) -> None:
+        if self._campaign_hook is not None:
+            self._campaign_hook(name, started, time.time())

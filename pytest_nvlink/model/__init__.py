@@ -324,6 +324,50 @@ class GpuList:
     source: str  # the file(s) the list comes from
 
 
+@dataclass(slots=True)
+class XidEvent:
+    """One driver error event in the window a source watched: an Xid of a GPU, an NVSwitch SXid, a Fabric Manager
+    line.
+
+    ``gpu`` is the node GPU the event names (a kernel log names it by PCI bus id); None when it names none of
+    the node's GPUs (an SXid names an NVSwitch, a Fabric Manager line no device).
+    """
+
+    gpu: int | None
+    xid: int | None  # the Xid or SXid number; None for a Fabric Manager line
+    # Seconds from the start of the window (EventWindow) to the event; None when the source gave no time.
+    at_s: float | None
+    text: str  # the log line, or what NVML reported
+    kind: str = "xid"  # "xid" | "sxid" | "fabric_manager"
+    pci_bus_id: str | None = None  # the device the line names, normalized
+    stamp: str | None = None  # the time as the source printed it ("[ 1234.567890]", an ISO time)
+
+
+@dataclass(slots=True)
+class CampaignSpan:
+    """When a measurement campaign ran, in seconds from the start of the event window (live runs)."""
+
+    name: str  # "p2p" | "collectives" | ...
+    start_s: float
+    end_s: float
+
+
+@dataclass
+class EventWindow:
+    """The span a source watched for driver error events: a live run's NVML listening, or a kernel log's lines.
+
+    An event list is only as good as its window: "no Xid" means no Xid between ``start`` and ``length_s``
+    later, on the GPUs in ``gpus``.
+    """
+
+    source: str  # "NVML events" | "kernel log: <files>"
+    start: str | None  # when it began, as the source tells it: UTC ISO time (live) or the log's first stamp
+    length_s: float | None  # None when the source's stamps give no duration
+    gpus: list[int] = field(default_factory=list)  # the GPUs whose events the window covers
+    end: str | None = None  # the log's last stamp; None for a live run (start + length_s)
+    campaigns: list[CampaignSpan] = field(default_factory=list)
+
+
 # The versions a baseline comparison lists when they changed, in the order the header names them.
 VERSION_NAMES: tuple[str, ...] = ("nccl", "torch", "cuda_runtime", "fabric_manager", "kernel")
 
@@ -370,6 +414,10 @@ class Node:
     error_window_s: float | None = None
     # None: the source recorded no environment (schema-1 snapshots, evidence).
     environment: Environment | None = None
+    # Driver error events (Xid, SXid, Fabric Manager) and the window watched for them; None: the source watched
+    # for none (snapshots before events were recorded, evidence without a kernel log).
+    xid_events: list[XidEvent] | None = None
+    event_window: EventWindow | None = None
 
     def gpu(self, index: int) -> Gpu | None:
         gpus = self.gpus

@@ -111,7 +111,30 @@ def merge_trays(trays: Sequence[Tray], host: str, source: str = "live") -> Node:
         _add_tray(rack, tray, tray.node, paths, statuses)
     rack.paths, rack.p2p = paths, statuses
     _shared_facts(rack, [t for t in trays if t.node is not None])
+    _events(rack, trays)
     return rack
+
+
+def _events(rack: Node, trays: Sequence[Tray]) -> None:
+    """The trays' Xid events, renumbered; one window only when every tray listened (their clocks differ)."""
+    windows = [(tray, tray.node.event_window) for tray in trays if tray.node is not None]
+    if not windows or any(window is None for _, window in windows) or len(windows) < len(trays):
+        return
+    rack.xid_events = []
+    gpus: list[int] = []
+    for tray, window in windows:
+        assert tray.node is not None
+        assert window is not None
+        shift = tray.offset
+        gpus.extend(index + shift for index in window.gpus)
+        for event in tray.node.xid_events or []:
+            gpu = None if event.gpu is None else event.gpu + shift
+            rack.xid_events.append(dataclasses.replace(event, gpu=gpu, at_s=None, text=f"{tray.host}: {event.text}"))
+    first = windows[0][1]
+    assert first is not None
+    rack.event_window = dataclasses.replace(
+        first, source=f"{first.source} of {len(windows)} trays", length_s=None, gpus=gpus, campaigns=[]
+    )
 
 
 def _lost_tray(rack: Node, tray: Tray) -> None:

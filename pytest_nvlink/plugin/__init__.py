@@ -192,6 +192,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(_JudgedCheck(), "nvlink-judged-check")
         config.pluginmanager.register(_SessionObjectsFrozen(), "nvlink-session-objects-frozen")
         start_outputs(config, run, setting)
+        from pytest_nvlink.plugin.events import start_listening
+
+        start_listening(config, run)
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
     if run.options.quick:

@@ -32,8 +32,18 @@ def live_provider(config: pytest.Config, run: Run, items: list[pytest.Item] | No
         else:
             reporter.write_line(f"nvlink: {line}")
 
+    from pytest_nvlink.plugin.events import campaign_hook
+
     planned = planned_campaigns(items) if items is not None else frozenset({"p2p", "collectives"})
-    return LiveMeasurements(run.node, run.suite, run.thresholds, progress, run.options.backend, planned=planned)
+    return LiveMeasurements(
+        run.node,
+        run.suite,
+        run.thresholds,
+        progress,
+        run.options.backend,
+        planned=planned,
+        campaign_hook=campaign_hook(config),
+    )
 
 
 def planned_campaigns(items: list[pytest.Item]) -> frozenset[str]:

@@ -15,8 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pytest_nvlink.model import (
+    CampaignSpan,
     CollectiveMeasurement,
     Environment,
+    EventWindow,
     FabricInfo,
     Gpu,
     Measurements,
@@ -288,11 +290,26 @@ def _watched_campaign(node: Node) -> None:
         for link in gpu.nvlinks or []:
             if link.active:
                 link.errors_run = dict(ZERO_ERRORS)
+    # The run listened for Xid events on every GPU from its start to its end and heard none.
+    node.xid_events = []
+    node.event_window = listened_window(len(node.gpus))
     if node.host == "hgx-h100-02":
         # The degraded node's marginal link also errs during the run, not only in its history.
         links = node.gpus[5].nvlinks
         assert links is not None
         links[7].errors_run = {**ZERO_ERRORS, "replay": 3, "crc_flit": 12}
+
+
+def listened_window(gpu_count: int, started: str = "2026-11-20T09:54:41.20Z") -> EventWindow:
+    """An Xid-free NVML event window over the whole run: the P2P campaign, then the collectives."""
+    p2p_end = 12.0 + CAMPAIGN_S * 0.8
+    return EventWindow(
+        source="NVML Xid events",
+        start=started,
+        length_s=CAMPAIGN_S + 31.5,
+        gpus=list(range(gpu_count)),
+        campaigns=[CampaignSpan("p2p", 12.0, p2p_end), CampaignSpan("collectives", p2p_end, 12.0 + CAMPAIGN_S)],
+    )
 
 
 def with_run_record(node: Node) -> Node:

@@ -21,6 +21,7 @@ from pytest_nvlink.measure.sendrecv import pair_schedule
 from pytest_nvlink.model import (
     CollectiveMeasurement,
     Environment,
+    EventWindow,
     FabricInfo,
     Gpu,
     Measurements,
@@ -131,6 +132,14 @@ def _rack_node(trays: int = TRAYS) -> Node:
         for field in ("pcie_gen_current", "pcie_gen_max", "pcie_width_current", "pcie_width_max"):
             node.unknown_reasons[f"gpu{gpu.index}.{field}"] = "not modelled in this built example"
     node.error_window_s = CAMPAIGN_S
+    # The run listened for Xid events on every GPU of every tray and heard none.
+    node.xid_events = []
+    node.event_window = EventWindow(
+        source=f"NVML Xid events of {trays} trays",
+        start="2026-11-28T02:58:12.00Z",
+        length_s=None,
+        gpus=[g.index for g in gpus],
+    )
     return node
 
 

@@ -19,6 +19,7 @@ FAMILY_CHECKS: dict[str, str] = {
     "collectives": "test_collective_busbw",
     "nccl_transport": "test_nccl_transport",
     "platform": "test_fabric, test_pcie_link",
+    "xid_events": "test_xid (and test_fabric, for NVSwitch SXid and Fabric Manager lines)",
 }
 
 FAMILIES: tuple[str, ...] = tuple(FAMILY_CHECKS)

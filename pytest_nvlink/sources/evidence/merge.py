@@ -6,10 +6,12 @@ not tools: each format's merge step (in its parser module) says which facts its 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from pytest_nvlink.model import (
     CollectiveMeasurement,
+    EventWindow,
     FabricInfo,
     Gpu,
     GpuList,
@@ -19,6 +21,7 @@ from pytest_nvlink.model import (
     P2PMeasurement,
     P2PStatus,
     PairPath,
+    XidEvent,
     normalize_pci_bus_id,
 )
 from pytest_nvlink.model.merge import MergeConflict, merge_into
@@ -79,6 +82,8 @@ class Merger:
         self.hosts: dict[str, str] = {}  # host name -> the file that names it
         self.snapshot_node: tuple[Node, str] | None = None
         self.node_facts: dict[str, _Fact] = {}  # "driver_version", from nvidia-smi -q
+        self.events: list[XidEvent] = []  # kernel logs' events, GPUs named by bus id until build
+        self.event_windows: list[EventWindow] = []
 
     # --- facts: what the formats' merge steps state -----------------------------------------------
 
@@ -222,6 +227,12 @@ class Merger:
         for file in files:
             self.note("nccl_transport", file)
 
+    def add_events(self, events: list[XidEvent], window: EventWindow, file: str) -> None:
+        """A kernel log's Xid/SXid/Fabric Manager events and the window it covers."""
+        self.events.extend(events)
+        self.event_windows.append(window)
+        self.note("xid_events", file)
+
     def add_snapshot(self, node: Node, file: str) -> None:
         """Register the snapshot's facts that text files can also state; ``build`` carries all the rest."""
         if self.snapshot_node is not None:
@@ -263,6 +274,8 @@ class Merger:
             node.host = next(iter(self.hosts))
         node.provenance = {family: ", ".join(files) for family, files in self.provenance.items()}
         node.unknown_reasons.update(self.unknown)
+        if self.event_windows:
+            node.xid_events, node.event_window = self._build_events(node.gpus)
         if self.snapshot_node is not None:
             self._carry_snapshot(node, *self.snapshot_node)
         return node
@@ -276,6 +289,32 @@ class Merger:
             raise EvidenceConflict(
                 f"{exc.where}: {file} says {exc.theirs!r} but {', '.join(others) or 'other files'} say {exc.ours!r}"
             ) from None
+
+    def _build_events(self, gpus: list[Gpu]) -> tuple[list[XidEvent], EventWindow]:
+        """The logs' events with their GPU named by bus id, and one window over all logs.
+
+        A kernel log speaks for every GPU of its host; an event names its GPU by bus id, which another file
+        (nvidia-smi -q) gives. Several logs have no common clock: their events keep their stamps, not a time.
+        """
+        by_bus = {gpu.pci_bus_id: gpu.index for gpu in gpus if gpu.pci_bus_id}
+        several = len(self.event_windows) > 1
+        events = [
+            dataclasses.replace(
+                event,
+                gpu=by_bus.get(event.pci_bus_id) if event.kind == "xid" and event.pci_bus_id else None,
+                at_s=None if several else event.at_s,
+            )
+            for event in self.events
+        ]
+        first, last = self.event_windows[0], self.event_windows[-1]
+        window = EventWindow(
+            source=", ".join(w.source for w in self.event_windows) if several else first.source,
+            start=first.start,
+            length_s=None if several else first.length_s,
+            gpus=[gpu.index for gpu in gpus],
+            end=last.end,
+        )
+        return events, window
 
     def _gpu_list(self) -> tuple[int, GpuList | None]:
         """How many GPUs the node has and whether a file lists them all or only names some (a lower bound)."""

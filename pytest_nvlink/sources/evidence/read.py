@@ -15,6 +15,7 @@ from pathlib import Path
 from pytest_nvlink.sources.evidence.merge import EvidenceError
 from pytest_nvlink.sources.evidence.parsers import detect
 from pytest_nvlink.sources.evidence.parsers.common import ParseError
+from pytest_nvlink.sources.evidence.parsers.kernel_log import KIND as KERNEL_LOG
 from pytest_nvlink.sources.evidence.parsers.prefixes import strip_prefixes
 
 __all__ = ["Loaded", "Pending", "read_files"]
@@ -90,9 +91,17 @@ def _read(path: Path, pending: Pending) -> tuple[str, str | None]:
         return text, problem
     # One place, before any output is told apart: every format reads the bare tool output.
     stripped = strip_prefixes(text, _readable)
+    if stripped.removed and _stamps_are_the_log(text, stripped.text):
+        return text, None
     for removed in stripped.removed:
         pending.note(str(path), f"removed {removed}")
     return stripped.text, None
+
+
+def _stamps_are_the_log(raw: str, stripped: str) -> bool:
+    """A kernel log's syslog or ISO time heads are its timestamps, not a launcher's prefix: kept unless the
+    text without them is another tool's output (an NCCL log collected through journald)."""
+    return detect.detect_kind(raw) == KERNEL_LOG and detect.detect_kind(stripped) in (None, KERNEL_LOG)
 
 
 def _readable(text: str) -> bool:

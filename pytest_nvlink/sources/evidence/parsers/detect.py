@@ -41,7 +41,7 @@ def parse_any(text: str) -> tuple[str, object]:
     if kind is None:
         raise ParseError(
             "not output of a supported tool (nvidia-smi topo/nvlink, nccl-tests, "
-            "p2pBandwidthLatencyTest, nvbandwidth, NCCL_DEBUG log, snapshot JSON)",
+            "p2pBandwidthLatencyTest, nvbandwidth, NCCL_DEBUG log, snapshot JSON, kernel log)",
             0,
         )
     return kind, parse_kind(kind, text)
