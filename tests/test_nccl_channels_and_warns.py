@@ -86,7 +86,6 @@ def test_channel_devices_are_nvml_indices_even_when_cuda_reorders_gpus() -> None
     bridged = ((0, 0, 1, 1, "P2P/CUMEM/read"), (2, 2, 3, 3, "P2P/CUMEM/read"))
     across = collectives.nccl_transport(ctx, _audit(*bridged, (0, 0, 2, 2, "SHM/direct/direct")))
     assert across.outcome is Outcome.PASS, across.message
-    assert collectives.channel_gpu(2) == 2
 
 
 PAIR_LOG = "\n".join(

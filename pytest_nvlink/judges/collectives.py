@@ -290,8 +290,8 @@ def _cross_host_channels(ctx: Context, audit: NcclAudit) -> set[tuple[int, int]]
 
 
 def _expects_nvlink(ctx: Context, src_dev: int, dst_dev: int) -> bool:
-    src, dst = channel_gpu(src_dev), channel_gpu(dst_dev)
-    return src == dst or ctx.suite.pair_expects_nvlink(src, dst)
+    # A channel's device numbers are NVML's already (model.TransportChannel).
+    return src_dev == dst_dev or ctx.suite.pair_expects_nvlink(src_dev, dst_dev)
 
 
 def _audit_gap(ctx: Context, audit: NcclAudit) -> str | None:
@@ -304,7 +304,7 @@ def _audit_gap(ctx: Context, audit: NcclAudit) -> str | None:
     expects = ctx.suite.pair_expects_nvlink
     expected = {a for a in range(count) if any(expects(a, b) for b in range(count) if b != a)}
     ranks = {rank for c in audit.channels for rank in (c.src_rank, c.dst_rank)}
-    seen = {channel_gpu(dev) for c in audit.channels for dev in (c.src_dev, c.dst_dev)}
+    seen = {dev for c in audit.channels for dev in (c.src_dev, c.dst_dev)}
     missing = sorted(expected - seen)
     if not missing:
         return None
@@ -316,17 +316,6 @@ def _audit_gap(ctx: Context, audit: NcclAudit) -> str | None:
         "transport is unknown; likely cause: the log is from a run over fewer GPUs (nccl-tests -g/-n, "
         f"CUDA_VISIBLE_DEVICES) or a GPU was lost — capture NCCL_DEBUG=INFO from a run over all {count} GPUs"
     )
-
-
-def channel_gpu(channel_dev: int) -> int:
-    """The NVML index of the GPU in a ``Channel … R[D] -> R[D]`` line: ``D`` is already NVML's.
-
-    NCCL prints ``peerInfo->nvmlDev`` there (NVIDIA/nccl src/transport/p2p.cc, shm.cc), the index
-    NVML gives the rank's GPU, not its CUDA index: remapping it through the CUDA order picks the
-    wrong GPUs whenever CUDA_VISIBLE_DEVICES reorders devices (rank 1 of a two-pod H20 log reads
-    ``cudaDev 0 nvmlDev 2`` and its channels ``1[2] -> 0[0]``).
-    """
-    return channel_dev
 
 
 def _transport_cause(transport: str) -> str:

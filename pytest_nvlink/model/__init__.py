@@ -244,7 +244,14 @@ class CollectiveMeasurement:
 
 @dataclass
 class TransportChannel:
-    """One NCCL channel connection as the INFO log states it."""
+    """One NCCL channel connection as the INFO log states it (``Channel NN/N : R[D] -> R[D] via ...``).
+
+    ``D`` is the NVML index of the rank's GPU on the rank's own host: NCCL prints ``peerInfo->nvmlDev``
+    there (NVIDIA/nccl src/transport/p2p.cc, shm.cc), not the CUDA index, so it needs no remapping when
+    CUDA_VISIBLE_DEVICES reorders devices (rank 1 of a two-pod H20 log reads ``cudaDev 0 nvmlDev 2`` and
+    its channels ``1[2] -> 0[0]``). On a node of several hosts (a rack) it restarts on every host, so
+    there a channel's GPUs are found through its ranks, never its ``D``.
+    """
 
     channel: int
     src_rank: int
@@ -435,18 +442,6 @@ class Node:
         if self.p2p is None:
             return None
         return _lookup(self, "p2p", self.p2p, lambda s: (s.src, s.dst), (src, dst))
-
-    def channel_gpu(self, rank: int, dev: int) -> int:
-        """The node GPU an NCCL channel's ``rank[dev]`` names.
-
-        ``dev`` is the NVML index on the rank's own host: on a node of several hosts (a rack) it is the
-        GPU of that host with that local index, the host taken from the log's ``ncclCommInitRank`` lines.
-        """
-        audit = self.measurements.nccl
-        host = next((r.host for r in audit.ranks if r.rank == rank), None) if audit is not None else None
-        if host is None or not any(gpu.host for gpu in self.gpus):
-            return dev
-        return next((gpu.index for gpu in self.gpus if gpu.host == host and gpu.local_index == dev), dev)
 
     def virtualization(self) -> str | None:
         """The strongest virtualization mode any GPU reports, or None if none reports one."""
