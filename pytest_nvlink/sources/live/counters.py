@@ -123,16 +123,6 @@ def traffic_delta(before: Traffic, after: Traffic) -> Traffic:
     return Traffic(**values, note=_join(notes))
 
 
-def traffic_sum(parts: Iterable[Traffic]) -> Traffic:
-    """Counter-wise sum, e.g. both GPUs' deltas of one copy; None if any part lacks the counter."""
-    parts = list(parts)
-    values: dict[str, int | None] = {}
-    for name in _NAMES:
-        numbers = [part.value(name) for part in parts]
-        values[name] = None if not numbers or None in numbers else sum(n for n in numbers if n is not None)
-    return Traffic(**values, note=_join(part.note for part in parts))
-
-
 def handle_for(nvml: types.ModuleType, gpu: str) -> Any:
     """An NVML handle for a GPU named by PCI bus id or UUID (with or without ``GPU-``).
 

@@ -190,10 +190,6 @@ def read_fields(nvml: types.ModuleType, handle: object, requests: Sequence[tuple
     return readings
 
 
-def read_field(nvml: types.ModuleType, handle: object, field_id: int, scope_id: int = 0) -> FieldReading:
-    return read_fields(nvml, handle, [(field_id, scope_id)])[0]
-
-
 def nvml_error_name(nvml: types.ModuleType, code: int) -> str:
     """``"success"`` or the lower-case NVML error name (``NVML_ERROR_NOT_READY`` -> ``"not_ready"``)."""
     if code == NVML_SUCCESS:
