@@ -133,8 +133,10 @@ def _mutmut(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _env(work: Path) -> dict[str, str]:
-    """The tests' child processes (a CLI run, a pytester subprocess) import the mutated copy, not the checkout."""
-    return {**os.environ, "PYTHONPATH": str(work / "mutants")}
+    """mutmut puts the mutated copy first on its own path; the tests' child processes (a CLI run, a
+    pytester subprocess) import this checkout unmutated: mutated code needs mutmut's configuration,
+    which a child started in another folder cannot find. Such tests therefore kill no mutant."""
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
 def survivors(work: Path, show_diffs: bool) -> list[str]:
@@ -184,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         output, cut = run_mutmut(work, args.budget, args.children)
         seconds = time.monotonic() - started
         found = counts(work)
-        if not found:
-            print(output[-4000:])
+        if not any(found.get(key) for key in ("killed", "survived", "timeout", "suspicious")):
+            print(output.replace("\r", "\n")[-4000:])
             print(f"{args.package}: mutmut produced no results", file=sys.stderr)
             return 2
         print(score_line(args.package, found, seconds, cut))

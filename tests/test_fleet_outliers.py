@@ -15,6 +15,8 @@ from pytest_nvlink.fleet.outliers import (
     Figure,
     Outlier,
     OutlierSettings,
+    collect_families,
+    find_outliers,
     judge_family,
     node_figures,
     size_text,
@@ -58,8 +60,9 @@ def test_a_failed_pair_listed_first_does_not_hide_the_others() -> None:
 
 def test_a_collective_family_is_its_lowest_busbw_at_the_largest_size_that_ran() -> None:
     collectives = [
-        _coll("all_reduce", GIB, 400.0),
         _coll("all_reduce", GIB, 380.0),
+        _coll("all_reduce", GIB, 400.0),  # the lowest stays the figure, whichever comes last
+        _coll("all_reduce", GIB, 5.0, error="wrong result"),  # at the largest size, but failed: no figure
         _coll("all_reduce", 1 << 20, 10.0),  # a smaller size says nothing of the family
         _coll("all_reduce", 4 * GIB, None, error="timed out"),  # failed at a larger size: not the largest that ran
         _coll("all_reduce", 8 * GIB, 1.0, error="wrong result"),  # a figure with an error is no figure
@@ -188,3 +191,38 @@ def test_sentence_names_the_direction_and_the_z_score() -> None:
     assert late.sentence() == (
         "n2: p2p latency 2.2 us at GPU 0 -> GPU 1 is 10.0 % above the fleet median 2 us (MAD = 0, no z-score; warn)"
     )
+
+
+def test_percent_rules_flag_at_the_percentage_itself() -> None:
+    # The settings sit exactly on the computed percentage, so only ">=" flags the node.
+    at_warn = (100.0 - 96.0) / 100.0 * 100.0
+    assert _levels(_family([100.0] * 9 + [96.0]), OutlierSettings(warn_percent=at_warn)) == {"n09": "warn"}
+    at_replace = (100.0 - 90.0) / 100.0 * 100.0
+    assert _levels(_family([100.0] * 9 + [90.0]), OutlierSettings(replace_percent=at_replace)) == {"n09": "replace"}
+
+
+class _Node:
+    def __init__(self, host: str, measurements: dict[str, Any]) -> None:
+        self.host = host
+        self.figures = node_figures(measurements)
+
+
+def test_outliers_are_listed_replace_first_then_by_how_much_worse() -> None:
+    values = {f"n{i:02d}": 300.0 for i in range(12)} | {"n03": 285.0, "n07": 250.0, "n09": 270.0, "n10": 288.0}
+    nodes = [_Node(host, {"p2p": [_pair("unidirectional", value, 0, 1)]}) for host, value in values.items()]
+    families, outliers = find_outliers(nodes, OutlierSettings())
+    assert [(o.host, o.level) for o in outliers] == [
+        ("n07", "replace"),
+        ("n09", "replace"),
+        ("n03", "warn"),
+        ("n10", "warn"),
+    ]
+    assert [(f.name, f.unit, f.higher_is_better) for f in families] == [("p2p unidirectional", "GB/s", True)]
+
+
+def test_families_keep_their_unit_and_direction() -> None:
+    nodes = [_Node("a", {"p2p": [_pair("latency", 2.0, 0, 1)], "collectives": [_coll("all_reduce", GIB, 400.0)]})]
+    assert [(f.name, f.unit, f.higher_is_better) for f in collect_families(nodes)] == [
+        ("all_reduce busbw @ 1 GiB", "GB/s", True),
+        ("p2p latency", "us", False),
+    ]
