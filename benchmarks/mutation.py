@@ -51,8 +51,7 @@ PACKAGES: dict[str, Package] = {
         (
             "test_judges*.py",
             "test_fail_closed_thresholds.py",
-            "test_baseline_logic.py",
-            "test_baseline_properties.py",
+            "test_baseline*.py",
             "test_diagnoses.py",
             "test_evidence_verdicts.py",
             "test_rank_coverage.py",

@@ -10,7 +10,7 @@ from conftest import DATA, SNAPSHOTS, as_recorded
 
 from pytest_nvlink.config.values import ConfigError
 from pytest_nvlink.judges.baseline import _differing_conditions, p2p_pair
-from pytest_nvlink.judges.baseline_match import Baseline, environment_changes, match_gpus
+from pytest_nvlink.judges.baseline_match import Baseline, environment_changes, match_gpus, whole_problem
 from pytest_nvlink.model import Environment, Gpu, Node, P2PMeasurement
 from pytest_nvlink.model.document import SCHEMA_VERSION, migrate_document
 from pytest_nvlink.plugin.run import build_run
@@ -42,6 +42,30 @@ def test_gpus_match_by_uuid_then_serial_never_by_index() -> None:
     assert baseline.gpu_map == {0: 1, 1: 0}
     assert baseline.unmatched[2].startswith("GPU 2 was serial 3, now serial 9: no baseline for it")
     assert "neither UUID nor serial" in baseline.unmatched[3]
+
+
+def test_every_gpu_is_matched_or_named_unmatched_after_an_unmatched_one() -> None:
+    # A GPU known by UUID only is swapped, not unidentifiable; the GPUs after it are still matched.
+    baseline = _baseline_of(Gpu(0, uuid="GPU-a"), Gpu(1, uuid="GPU-b"))
+    gpus = [Gpu(0, uuid="GPU-new"), Gpu(1), Gpu(2, uuid="GPU-b"), Gpu(3, uuid="GPU-c")]
+    match_gpus(Node(source="live", gpus=gpus), baseline)
+    assert baseline.gpu_map == {2: 1}
+    assert baseline.unmatched[0].startswith("GPU 0 was UUID GPU-a, now UUID GPU-new: no baseline for it")
+    assert "neither UUID nor serial" in baseline.unmatched[1]
+    assert baseline.unmatched[3].startswith("GPU 3 is new, now UUID GPU-c: no baseline for it")
+
+
+def test_a_baseline_judged_against_another_suite_compares_nothing() -> None:
+    baseline = _baseline_of(Gpu(0, uuid="GPU-a"))
+    baseline.node.environment = Environment(suite="h100-8gpu")
+    now = Node(source="live", gpus=[Gpu(0, uuid="GPU-a")])
+    match_gpus(now, baseline)
+    assert whole_problem(now, "h100-8gpu", baseline) is None
+    assert whole_problem(now, "h200-8gpu", baseline) == (
+        "the baseline b.json was judged against suite h100-8gpu, this run against h200-8gpu"
+    )
+    baseline.node.environment = None  # a schema-1 baseline recorded no suite: nothing to hold against it
+    assert whole_problem(now, "h200-8gpu", baseline) is None
 
 
 def test_conditions_differ_only_where_both_sides_recorded_them() -> None:
