@@ -13,6 +13,7 @@ import pytest
 from pytest_nvlink.fleet.outliers import (
     Family,
     Figure,
+    NodeFigure,
     Outlier,
     OutlierSettings,
     collect_families,
@@ -202,9 +203,23 @@ def test_percent_rules_flag_at_the_percentage_itself() -> None:
 
 
 class _Node:
+    """A node as outlier detection reads it (fleet.outliers.NodeSummary): its host, suite and figures."""
+
     def __init__(self, host: str, measurements: dict[str, Any]) -> None:
-        self.host = host
-        self.figures = node_figures(measurements)
+        self._host = host
+        self._figures = node_figures(measurements)
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def suite(self) -> str:
+        return "h100-8gpu"  # one suite: outliers are judged among nodes of the same suite
+
+    @property
+    def figures(self) -> list[NodeFigure]:
+        return self._figures
 
 
 def test_outliers_are_listed_replace_first_then_by_how_much_worse() -> None:
