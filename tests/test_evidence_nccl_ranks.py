@@ -173,6 +173,20 @@ def test_cross_host_net_channels_of_a_multi_node_run_are_no_fallback(pytester: p
     assert "instead of NVLink P2P" not in run.stdout.str()
 
 
+def test_a_log_alone_that_says_nnodes_2_expects_net_between_its_hosts(pytester: pytest.Pytester) -> None:
+    """The NCCL log of a two-node run, given without its nccl-tests table: NCCL's nNodes says it spans hosts."""
+    log = "\n".join(line for line in sample(TWO_NODES_LOG).split("\n") if " NCCL " in line)
+    path = write(pytester.path, "nccl.log", log)
+    run = pytester.runpytest("--nvlink-suite=h100-8gpu", f"--nvlink-evidence={path}", "-k", "nccl_transport")
+    run.assert_outcomes(failed=1, deselected=run.parseoutcomes()["deselected"])
+    run.stdout.fnmatch_lines(["*NCCL transport audit incomplete: the log covers 4 rank(s)*"])
+    assert "instead of NVLink P2P" not in run.stdout.str()
+    one_node = log.replace("nNodes 2", "nNodes 1")  # pods of one server: NET between them is the fault
+    path = write(pytester.path, "nccl-one-node.log", one_node)
+    run = pytester.runpytest("--nvlink-suite=h100-8gpu", f"--nvlink-evidence={path}", "-k", "nccl_transport")
+    run.stdout.fnmatch_lines(["*NCCL used NET instead of NVLink P2P*"])
+
+
 def test_net_inside_one_host_of_a_multi_node_run_is_still_reported(pytester: pytest.Pytester) -> None:
     text = sample(TWO_NODES_LOG).replace("0[0] -> 1[1] via P2P/CUMEM/read", "0[0] -> 1[1] via SHM/direct/direct")
     path = write(pytester.path, "ar.txt", text)

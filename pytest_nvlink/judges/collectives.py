@@ -271,7 +271,8 @@ def _cross_host_channels(ctx: Context, audit: NcclAudit) -> set[tuple[int, int]]
 
     Host names alone do not make a run multi-node (ranks in separate pods of one server have their own host
     names, and NET between them is the fault to report): only a run that the evidence states spans several
-    nodes (nccl-tests' nNodes, srun -N, device lines on several hosts) excuses its cross-host channels.
+    nodes (NCCL's own nNodes in the log, nccl-tests' header or srun -N, device lines on several hosts) excuses
+    its cross-host channels.
     """
     multi = {
         (r.source or "").removeprefix("nccl-tests: ")
@@ -279,7 +280,7 @@ def _cross_host_channels(ctx: Context, audit: NcclAudit) -> set[tuple[int, int]]
         if int((r.conditions or {}).get("nodes", "1")) > 1
     }
     sources = set((audit.source or "").split(", "))
-    if not multi & sources:
+    if not multi & sources and not (audit.nodes is not None and audit.nodes > 1):
         return set()
     host_of = {r.rank: r.host for r in audit.ranks if r.host}
     return {

@@ -308,6 +308,8 @@ class NcclAudit:
     source: str | None = None
     ranks: list[NcclRank] = field(default_factory=list)
     mnnvl: list[MnnvlClique] = field(default_factory=list)
+    # NCCL's own "nNodes N" (its comm line): the run spanned N servers; None where the log does not say.
+    nodes: int | None = None
 
 
 @dataclass

@@ -196,6 +196,7 @@ def to_audit(log: NcclLog, source: str | None) -> NcclAudit:
         source=source,
         ranks=[NcclRank(info.rank, info.host or None, info.nvml_dev) for info in log.ranks.values()],
         mnnvl=list(log.cliques),
+        nodes=log.nnodes,
     )
 
 
