@@ -18,7 +18,7 @@ from typing import Any
 
 from pytest_nvlink.model import Node, NvLinkInfo, link_error_counter_names
 from pytest_nvlink.sources.live.counters import read_link_errors
-from pytest_nvlink.sources.live.fields import import_pynvml, nvml_reason
+from pytest_nvlink.sources.live.fields import nvml_reason, started_nvml
 
 SAMPLE_INTERVAL_S = 0.05
 Clock = Callable[[], float]
@@ -80,16 +80,10 @@ class CampaignWatch:
     # --- NVML ----------------------------------------------------------------------------------
 
     def _open(self) -> str | None:
-        if self._nvml is None:
-            try:
-                self._nvml = import_pynvml()
-            except ImportError as exc:
-                return f"nvidia-ml-py is not installed ({exc})"
+        self._nvml, problem = started_nvml(self._nvml)
+        if self._nvml is None or problem is not None:
+            return problem
         nvml = self._nvml
-        try:
-            nvml.nvmlInit()
-        except nvml.NVMLError as exc:
-            return f"NVML unavailable: {exc}"
         for gpu in self.node.gpus:
             if gpu.problem is None:
                 try:

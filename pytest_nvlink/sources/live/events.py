@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from pytest_nvlink.model import CampaignSpan, EventWindow, Node, XidEvent
-from pytest_nvlink.sources.live.fields import import_pynvml, nvml_reason
+from pytest_nvlink.sources.live.fields import nvml_reason, started_nvml
 
 WAIT_TIMEOUT_MS = 200  # how long one wait blocks: the longest the thread takes to notice it should stop
 JOIN_TIMEOUT_S = 2.0  # a wait stuck in the driver must not hang the end of the session
@@ -87,16 +87,10 @@ class XidListener:
     # --- NVML ----------------------------------------------------------------------------------
 
     def _open(self) -> str | None:
-        if self._nvml is None:
-            try:
-                self._nvml = import_pynvml()
-            except ImportError as exc:
-                return f"nvidia-ml-py is not installed ({exc})"
+        self._nvml, problem = started_nvml(self._nvml)
+        if self._nvml is None or problem is not None:
+            return problem
         nvml = self._nvml
-        try:
-            nvml.nvmlInit()
-        except nvml.NVMLError as exc:
-            return f"NVML unavailable: {exc}"
         self._initialized = True
         try:
             self._set = nvml.nvmlEventSetCreate()

@@ -212,6 +212,20 @@ def text(value: object) -> str:
     return str(value)
 
 
+def started_nvml(nvml: types.ModuleType | None) -> tuple[types.ModuleType | None, str | None]:
+    """``nvml`` (``pynvml`` imported when None) after ``nvmlInit``, and None; else what was had, and why not."""
+    if nvml is None:
+        try:
+            nvml = import_pynvml()
+        except ImportError as exc:
+            return None, f"nvidia-ml-py is not installed ({exc})"
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        return nvml, f"NVML unavailable: {exc}"
+    return nvml, None
+
+
 def import_pynvml() -> types.ModuleType:
     """``import pynvml`` (from nvidia-ml-py); ImportError when it is not installed."""
     # The deprecated `pynvml` distribution, if installed next to nvidia-ml-py, makes every
