@@ -254,13 +254,12 @@ def _merge_bare_fabric(into: Into, result: SmiQuery) -> None:
             merger.note("platform", file)
 
 
-# The Health block's flags besides Bandwidth (the model's degraded_bandwidth): the key as nvidia-smi prints it,
-# and the values that mean healthy.
-_HEALTH_FAULT_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "health_route_recovery": ("Route Recovery in progress", ("false",)),
-    "health_route_unhealthy": ("Route Unhealthy", ("false",)),
-    "health_access_timeout": ("Access Timeout Recovery", ("false",)),
-    "health_incorrect_configuration": ("Incorrect Configuration", ("false", "none")),
+# The Health block's flags printed True/False (True is the problem): the key, the label nvidia-smi prints,
+# and the name the live probe decodes NVML's mask to (the model's FabricInfo.health_problems).
+_HEALTH_FLAGS: dict[str, tuple[str, str]] = {
+    "health_route_recovery": ("Route Recovery in progress", "route_recovery"),
+    "health_route_unhealthy": ("Route Unhealthy", "route_unhealthy"),
+    "health_access_timeout": ("Access Timeout Recovery", "access_timeout_recovery"),
 }
 
 
@@ -271,21 +270,24 @@ def fabric_fault(gpu: SmiGpu) -> str | None:
     faults += [f"Status {status}"] if status is not None and status.lower() != "success" else []
     bandwidth = gpu.get("health_bandwidth")
     faults += [f"Health Bandwidth {bandwidth}"] if bandwidth is not None and bandwidth.lower() != "full" else []
-    faults += [f"Health {problem}" for problem in health_problems(gpu) or []]
+    faults += [f"Health {problem}" for problem in _health_faults(gpu)]
     summary = gpu.get("health_summary")
     if summary is not None and summary.lower() != "healthy":
         faults.append(f"Health Summary {summary}")
     return ", ".join(faults) or None
 
 
-def health_problems(gpu: SmiGpu) -> list[str] | None:
-    """The Health block's flags that report a fault ("Route Unhealthy True"); None when none does."""
+def _health_faults(gpu: SmiGpu) -> list[str]:
+    """The Health block's flags that report a fault, in nvidia-smi's words ("Route Unhealthy True")."""
     found = [
         f"{label} {value}"
-        for key, (label, good) in _HEALTH_FAULT_FLAGS.items()
-        if (value := gpu.get(key)) is not None and value.lower() not in good
+        for key, (label, _) in _HEALTH_FLAGS.items()
+        if (value := gpu.get(key)) is not None and value.lower() != "false"
     ]
-    return found or None
+    config = gpu.get("health_incorrect_configuration")
+    if config is not None and config.lower() not in ("false", "none"):
+        found.append(f"Incorrect Configuration {config}")
+    return found
 
 
 def _int_or_none(value: object) -> int | None:
@@ -316,14 +318,6 @@ def _fabric(gpu: SmiGpu) -> FabricInfo | None:
     )
 
 
-# Health block flags printed True/False (True is the problem), named as the live probe decodes NVML's mask.
-_HEALTH_FLAGS = {
-    "health_route_recovery": "route_recovery",
-    "health_route_unhealthy": "route_unhealthy",
-    "health_access_timeout": "access_timeout_recovery",
-}
-
-
 def _health_problems(gpu: SmiGpu) -> list[str] | None:
     """The Health block as the model's decoded fabric health; None where the block says nothing."""
     values = {key: _snake(gpu.get(key) or "") for key in (*_HEALTH_FLAGS, "health_bandwidth", "health_summary")}
@@ -331,7 +325,7 @@ def _health_problems(gpu: SmiGpu) -> list[str] | None:
     values["partition"] = _snake(gpu.get("health_partition_assigned") or "")
     if not any(values.values()):
         return None
-    problems = [name for key, name in _HEALTH_FLAGS.items() if values[key] not in ("", "false", "not_supported")]
+    problems = [name for key, (_, name) in _HEALTH_FLAGS.items() if values[key] not in ("", "false", "not_supported")]
     if "degraded" in values["health_bandwidth"]:
         problems.insert(0, "degraded_bandwidth")
     if values["config"] not in ("", "none", "not_supported"):
