@@ -96,7 +96,7 @@ def test_run_window_figures_of_a_replay_are_not_judged_in_quick_mode(pytester: p
     assert "test_pcie_link" not in {item["check"] for item in results["items"]}
     errors = next(item for item in results["items"] if item["nodeid"].endswith("test_nvlink_errors[gpu0]"))
     assert "judged: lifetime totals only" in errors["message"]
-    assert results["node"]["measurements"] == {"p2p": [], "collectives": [], "nccl": None}
+    assert results["node"]["measurements"] == {"p2p": [], "collectives": [], "nccl": None, "host_link": []}
 
 
 def test_a_quick_rack_replay_judges_trays_and_clique_but_not_send_recv(pytester: pytest.Pytester) -> None:

@@ -12,6 +12,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from pytest_nvlink.model.host_link import C2CInfo, HostLinkMeasurement
+
 # Path classes as nvidia-smi topo -m prints them, best first; NV# is handled separately.
 PCIE_PATH_CLASSES: tuple[str, ...] = ("PIX", "PXB", "PHB", "NODE", "SYS")
 # NVLink error counters up to NVLink 4 (Hopper): NVML's data-link (DL) counters.
@@ -130,6 +132,10 @@ class Gpu:
     nvlinks: list[NvLinkInfo] | None = None
     fabric: FabricInfo | None = None
     virtualization_mode: str | None = None  # "none" | "passthrough" | "vgpu" | "host_vgpu" | ...
+    # MIG mode (nvmlDeviceGetMigMode): "enabled" | "disabled"; pending is what applies after the next reset.
+    mig_mode_current: str | None = None
+    mig_mode_pending: str | None = None
+    c2c: C2CInfo | None = None  # NVLink-C2C to a Grace CPU; None on PCIe hosts or where unread
     # Set when the GPU is enumerated but unusable (NVML GpuIsLost, fell off the bus).
     problem: str | None = None
     # A node spanning several hosts (a rack as one NVLink domain): the host (tray) the GPU sits in and
@@ -314,11 +320,12 @@ class NcclAudit:
 
 @dataclass
 class Measurements:
-    """The figures of a node: P2P per pair, collectives, and the NCCL transport audit."""
+    """The figures of a node: P2P per pair, collectives, the NCCL transport audit and each GPU's host link."""
 
     p2p: list[P2PMeasurement] = field(default_factory=list)
     collectives: list[CollectiveMeasurement] = field(default_factory=list)
     nccl: NcclAudit | None = None
+    host_link: list[HostLinkMeasurement] = field(default_factory=list)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import operator
 from typing import Protocol
 
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, Node, P2PMeasurement
+from pytest_nvlink.model.host_link import HostLinkMeasurement
 
 
 class MeasurementProvider(Protocol):
@@ -25,6 +26,9 @@ class MeasurementProvider(Protocol):
     def collectives(self) -> list[CollectiveMeasurement]: ...
 
     def nccl(self) -> NcclAudit | None: ...
+
+    def host_link(self) -> list[HostLinkMeasurement]:
+        """Every GPU's host-link figures (each direction, as recorded or measured now)."""
 
     def complete(self) -> None:
         """Run every measurement campaign this session will run, so per-run facts are final."""
@@ -61,6 +65,9 @@ class RecordedMeasurements:
 
     def nccl(self) -> NcclAudit | None:
         return self._node.measurements.nccl
+
+    def host_link(self) -> list[HostLinkMeasurement]:
+        return list(self._node.measurements.host_link)
 
     def complete(self) -> None:
         return  # recorded figures are final already

@@ -1,0 +1,48 @@
+"""The link between each GPU and its host: figures measured over it, and NVLink-C2C's state on Grace.
+
+On x86 hosts the host link is PCIe; on Grace (GH200/GB200/GB300) it is NVLink-C2C. Either way a GPU
+whose host link is slow starves every job that feeds it, and no GPU-to-GPU check notices (a rented
+H100 VM measured 14.2 GB/s host->device on one GPU while the others gave ~57: NVIDIA/nvbandwidth#6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# The directions a host-link figure can have. "bidir_h2d"/"bidir_d2h": each direction's share while
+# both directions run at once (nvbandwidth's *_bidirectional_memcpy_* testcases).
+HOST_LINK_DIRECTIONS: tuple[str, ...] = ("h2d", "d2h", "bidir_h2d", "bidir_d2h")
+
+
+@dataclass
+class HostLinkMeasurement:
+    """One GPU's host-link bandwidth in one direction, pinned host memory <-> the GPU's memory."""
+
+    gpu: int  # NVML index, as P2PMeasurement's src/dst
+    direction: str  # one of HOST_LINK_DIRECTIONS
+    value: float | None  # GB/s (1e9 bytes/s); None when it could not be measured
+    unit: str = "GB/s"
+    method: str | None = None  # "ce" (copy engine, cudaMemcpyAsync) | "sm" (a kernel's loads/stores)
+    bytes_copied: int | None = None
+    # The NUMA node the pinned host buffer was bound to; None when the source does not say.
+    host_numa_node: int | None = None
+    error: str | None = None
+    source: str | None = None  # "torch" | "nvbandwidth: file.txt" | "bandwidthTest: file.txt" | ...
+    conditions: dict[str, str] | None = None  # as P2PMeasurement.conditions
+
+
+@dataclass
+class C2CLink:
+    """One NVLink-C2C link between a Grace CPU and the GPU (NVML_FI_DEV_C2C_LINK_GET_STATUS/_MAX_BW)."""
+
+    link: int
+    active: bool | None = None
+    max_bandwidth_gbps: float | None = None  # NVML reports MB/s; stored as GB/s (1e9 bytes/s)
+
+
+@dataclass
+class C2CInfo:
+    """NVLink-C2C as NVML reports it (NVML_FI_DEV_C2C_LINK_COUNT); absent on PCIe-hosted GPUs."""
+
+    link_count: int | None = None
+    links: list[C2CLink] = field(default_factory=list)
