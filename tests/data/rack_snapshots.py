@@ -19,6 +19,7 @@ import uuid
 
 from pytest_nvlink.measure.sendrecv import pair_schedule
 from pytest_nvlink.model import (
+    NVLINK5_ERROR_COUNTER_NAMES,
     CollectiveMeasurement,
     Environment,
     EventWindow,
@@ -45,7 +46,8 @@ DRIVER = "570.133.20"
 BUS_IDS = ("0008:01:00.0", "0009:01:00.0", "0018:01:00.0", "0019:01:00.0")
 CLIQUE = 32766
 OTHER_CLIQUE = 32765
-ZERO = {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0, "ecc_data": 0}
+# NVLink 5: nvml.h marks the DL replay/recovery/CRC fields unsupported on Blackwell, so a GB200 reads this set.
+ZERO = dict.fromkeys(NVLINK5_ERROR_COUNTER_NAMES, 0)
 MIB = 1 << 20
 SENDRECV_MIB = 512
 ITERATIONS = 20
