@@ -112,10 +112,6 @@ class NcclTestsResult:
     tables: int = 1  # >1: that many single-rank runs, one table each (nccl-tests without MPI, N processes)
 
     @property
-    def gpu_names(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(d.name for d in self.devices))
-
-    @property
     def hosts(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(d.host for d in self.devices))
 
