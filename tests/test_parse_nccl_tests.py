@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import sample
 
+from pytest_nvlink.sources.evidence.load import load_evidence
 from pytest_nvlink.sources.evidence.parsers import nccl_tests
 from pytest_nvlink.sources.evidence.parsers.common import ParseError
 
@@ -16,7 +19,7 @@ def test_a100_all_reduce_sample() -> None:
     assert result.op == "all_reduce"  # from sum/-1 and busbw = 1.75 x algbw at 8 ranks
     assert result.nranks == 8
     assert (result.nthreads, result.ngpus) == (1, 8)
-    assert result.gpu_names == ("NVIDIA A100-SXM4-40GB",)
+    assert {d.name for d in result.devices} == {"NVIDIA A100-SXM4-40GB"}
     assert result.hosts == ("inst-ks8ls-comp",)
     assert [d.bus for d in result.devices][:2] == ["0x0f", "0x15"]
     assert len(result.rows) == 28
@@ -146,3 +149,20 @@ def test_second_run_in_one_file_is_refused() -> None:
 def test_no_rows_is_an_error() -> None:
     with pytest.raises(ParseError, match="no"):
         nccl_tests.parse("# nThread 1 nGpus 8 minBytes 8\n# Out of bounds values : 0 OK\n")
+
+
+def test_a_footer_counting_wrong_values_the_rows_do_not_show_is_noted(tmp_path: Path) -> None:
+    # Issue 28: the footer was read and dropped, so "7 FAILED" under rows that all say 0 passed without a word.
+    text = sample("nccl-tests/a100-sxm4-40gb-8gpu-oci-bm-gpu4-allreduce.txt")
+    path = tmp_path / "ar.txt"
+    path.write_text(
+        text.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 7 FAILED"), encoding="utf-8"
+    )
+    notes = load_evidence([path]).evidence_notes[str(path)]
+    assert any("footer counts 7 out-of-bounds value(s) but no row shown" in note for note in notes), notes
+
+
+def test_a_footer_of_zero_wrong_values_adds_no_note(tmp_path: Path) -> None:
+    path = tmp_path / "ar.txt"
+    path.write_text(sample("nccl-tests/a100-sxm4-40gb-8gpu-oci-bm-gpu4-allreduce.txt"), encoding="utf-8")
+    assert not any("footer" in note for note in load_evidence([path]).evidence_notes.get(str(path), []))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import sample
 
+from pytest_nvlink.sources.evidence.load import load_evidence
 from pytest_nvlink.sources.evidence.parsers import topo, topo_p2p
 from pytest_nvlink.sources.evidence.parsers.common import ParseError
 
@@ -258,3 +261,13 @@ def test_topo_p2p_capability_hint_and_unknown() -> None:
     assert topo_p2p.parse(text, capability="n").capabilities == ("nvlink",)
     with pytest.raises(ParseError, match="unknown topo -p2p capability"):
         topo_p2p.parse(text, capability="z")
+
+
+def test_topo_p2p_without_its_header_line_is_noted(tmp_path: Path) -> None:
+    # Issue 28: the table reader's "header line missing" note was dropped for topo -p2p (topo -m kept it).
+    lines = P2P_TEXT.split("\n")
+    headerless = "\n".join(line for line in lines if not line.startswith(" \tGPU0"))
+    assert topo_p2p.parse(headerless).notes and not topo_p2p.parse(P2P_TEXT).notes
+    path = tmp_path / "p2p.txt"
+    path.write_text(headerless, encoding="utf-8")
+    assert any("header line missing" in note for note in load_evidence([path]).evidence_notes[str(path)])

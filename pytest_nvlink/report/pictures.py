@@ -39,11 +39,6 @@ class Scale:
         """0..1 along the legend bar."""
         return 0.0 if self.high <= self.low else min(max((value - self.low) / (self.high - self.low), 0.0), 1.0)
 
-    def breaks_limit(self, value: float) -> bool:
-        if self.limit is None:
-            return False
-        return value < self.limit if self.higher_is_better else value > self.limit
-
 
 def _ylgn(share: float) -> str:
     steps = len(YLGN) - 1

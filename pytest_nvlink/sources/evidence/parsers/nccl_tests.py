@@ -112,10 +112,6 @@ class NcclTestsResult:
     tables: int = 1  # >1: that many single-rank runs, one table each (nccl-tests without MPI, N processes)
 
     @property
-    def gpu_names(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(d.name for d in self.devices))
-
-    @property
     def hosts(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(d.host for d in self.devices))
 
@@ -401,6 +397,12 @@ def _merge(into: Into, result: NcclTestsResult) -> None:
         )
     elif result.inferred:
         into.note(f"nccl-tests {'device list elided' if result.ranks_elided else 'header trimmed'}: {result.inferred}")
+    if result.out_of_bounds and not result.wrong_total:
+        # nccl-tests' footer counts what its rows' #wrong columns found: rows lost from the paste may hold them.
+        into.note(
+            f"nccl-tests: the footer counts {result.out_of_bounds} out-of-bounds value(s) but no row shown has a "
+            "#wrong count above 0: rows with wrong values may be missing from the text"
+        )
     if result.rank_conflict is not None:
         into.note(f"nccl-tests: the rank count is unknown: {result.rank_conflict}; its bandwidth is not judged")
     elif result.nranks is None:

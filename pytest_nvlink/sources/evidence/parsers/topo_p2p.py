@@ -35,6 +35,8 @@ class TopoP2P:
     status: dict[tuple[int, int], str]  # values from P2P_STATUS_NAMES
     # "read", "write", "nvlink", "atomics", "pcie"; empty when the text does not say which was asked.
     capabilities: tuple[str, ...] = ()
+    # (line, text): what the table reader could not read as printed (a lost header line), listed under the file.
+    notes: tuple[tuple[int, str], ...] = ()
 
 
 def parse(text: str, *, capability: str | None = None) -> TopoP2P:
@@ -53,7 +55,7 @@ def parse(text: str, *, capability: str | None = None) -> TopoP2P:
     caps = _CAPABILITY_FLAGS.get(flag or "", ())
     if flag is not None and not caps:
         raise ParseError(f"unknown topo -p2p capability {flag!r}; expected one of r, w, rw, n, a, p")
-    return TopoP2P(gpu_count=len(gpus), status=status, capabilities=caps)
+    return TopoP2P(gpu_count=len(gpus), status=status, capabilities=caps, notes=tuple(table.notes))
 
 
 def _join(row: tuple[list[str], list[str], int]) -> str:
