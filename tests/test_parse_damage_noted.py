@@ -119,7 +119,6 @@ SMI_NOT_READ = (
 NVLINK5_NOT_ERRORS = (
     r"Link \d+: (?:(?:Tx|Rx) (?:packets|bytes)|(?:Effective|Symbol) BER|Link recovery successful events):"
 )
-LAST_B200_BLOCK = span(2280, 2604)  # GPU 7's block of the NVLink5 sample
 
 CASES: tuple[Case, ...] = (
     Case("topo", "topo/a100-sxm4-80gb-8gpu-distserve3.txt", LEGEND),
@@ -174,21 +173,10 @@ CASES: tuple[Case, ...] = (
                 r"Link \d+: (?:(?:Tx|Rx) (?:packets|bytes)|(?:Effective|Symbol) BER):",
                 frozenset({"truncate"}),
             ),
-            # The last block's line count is compared with the others' (a cut paste); the blocks before it are not.
             Irrelevant(
-                "KNOWN GAP: a line gone from a block before the last is not noted (nvlink.py checks the last only)",
-                NVLINK5_NOT_ERRORS,
-                frozenset({"delete"}),
-                but_not=LAST_B200_BLOCK,
-            ),
-            Irrelevant(
-                "KNOWN GAP: Tx discards are not judged (nvlink.py)", r"Link \d+: Tx discards:", frozenset({"digit"})
-            ),
-            Irrelevant(
-                "KNOWN GAP: Tx discards are not judged (nvlink.py)",
+                "Tx discards: not one of the NVLink5 error counters DCGM's health watch judges (MonitorNVLink5Fields)",
                 r"Link \d+: Tx discards:",
-                frozenset({"delete"}),
-                but_not=LAST_B200_BLOCK,
+                frozenset({"digit"}),
             ),
         ),
     ),

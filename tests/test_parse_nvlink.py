@@ -143,3 +143,18 @@ def test_damaged_input_names_the_line(text: str, line_no: int, fragment: str) ->
 def test_no_gpu_headers_is_an_error() -> None:
     with pytest.raises(ParseError, match="GPU n: NAME"):
         nvlink.parse("nothing here\n")
+
+
+def test_a_counter_line_lost_from_a_block_before_the_last_is_noted() -> None:
+    text = (
+        "GPU 0: NVIDIA B200 (UUID: GPU-a)\n"
+        "\t Link 0: Tx packets: 10\n\t Link 0: Symbol Errors: 0\n"
+        "\t Link 1: Tx packets: 10\n\t Link 1: Symbol Errors: 0\n"
+        "GPU 1: NVIDIA B200 (UUID: GPU-b)\n"
+        "\t Link 0: Tx packets: 10\n\t Link 0: Symbol Errors: 0\n"
+        "\t Link 1: Tx packets: 10\n\t Link 1: Symbol Errors: 0\n"
+    )
+    assert nvlink.parse(text).notes == ()
+    damaged = text.replace("\t Link 1: Tx packets: 10\n", "", 1)  # from GPU 0's block, not the last one
+    (note,) = nvlink.parse(damaged).notes
+    assert note[0] == 1 and "GPU 0 link 1 lacks counter line(s) 'Tx packets'" in note[1]

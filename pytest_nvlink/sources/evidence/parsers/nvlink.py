@@ -201,7 +201,36 @@ def parse(text: str) -> NvlinkReport:
         for g in frozen
         if g.cut is not None
     )
-    return NvlinkReport(kinds=frozenset(kinds), gpus=frozen, notes=notes)
+    return NvlinkReport(kinds=frozenset(kinds), gpus=frozen, notes=notes + _missing_counter_notes(gpus))
+
+
+def _missing_counter_notes(gpus: dict[int, _GpuBuilder]) -> tuple[tuple[int, str], ...]:
+    """Links that lack counter lines the other links of their GPU model print: a line lost from the output.
+
+    ``nvidia-smi nvlink -e`` prints the same counters for every link of one GPU model, so a link without
+    one of them lost a line (an edited or damaged paste), even where the lost line is not an error count.
+    """
+    names_by_model: dict[str | None, set[str]] = {}
+    for gpu in gpus.values():
+        for link in gpu.links.values():
+            names_by_model.setdefault(gpu.name, set()).update(link.counters)
+    notes: list[tuple[int, str]] = []
+    for gpu in sorted(gpus.values(), key=_index):
+        if gpu.cut is not None:
+            continue  # a cut block is noted as cut already
+        expected = names_by_model.get(gpu.name, set())
+        for link in sorted(gpu.links.values(), key=lambda built: built.link):
+            missing = sorted(expected - set(link.counters)) if link.counters else []
+            if missing:
+                lost = ", ".join(repr(name) for name in missing)
+                notes.append(
+                    (
+                        gpu.line_no,
+                        f"GPU {gpu.index} link {link.link} lacks counter line(s) {lost} that the "
+                        f"other {gpu.name or 'GPU'} links print: the output is incomplete there",
+                    )
+                )
+    return tuple(notes)
 
 
 def _check_last_block(blocks: list[_Block]) -> None:
