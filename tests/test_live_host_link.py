@@ -52,7 +52,9 @@ def _sysfs(tmp_path: Path) -> NumaBinder:
 
 def _provider(node: Node, engine: Any, binder: NumaBinder, progress: Any = None) -> LiveMeasurements:
     suite = load_suite("h100-8gpu")
-    reversed_cuda = [(7 - gpu.index, (gpu.uuid or "").removeprefix("GPU-"), None) for gpu in node.gpus]
+    reversed_cuda: list[tuple[int, str | None, str | None]] = [
+        (7 - gpu.index, (gpu.uuid or "").removeprefix("GPU-"), None) for gpu in node.gpus
+    ]
     return LiveMeasurements(
         node,
         suite,
@@ -121,9 +123,7 @@ def test_the_numa_node_used_is_recorded_and_an_unknown_node_is_none_with_its_rea
     table = _by_gpu(provider.host_link())
     bound, unbound = table[0]["h2d"], table[1]["d2h"]
     assert bound.host_numa_node == 0
-    assert bound.conditions is not None and bound.conditions["numa_binding"].startswith(
-        "CPU affinity set to node 0's"
-    )
+    assert bound.conditions is not None and bound.conditions["numa_binding"].startswith("CPU affinity set to node 0's")
     assert "placement not checked" in bound.conditions["numa_binding"]  # the simulated engine has no host address
     assert unbound.host_numa_node is None and unbound.value is not None
     assert unbound.conditions is not None

@@ -28,7 +28,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_nvlink.measure.cuda_engine import CALIBRATION_CYCLES, MAX_BLOCK_TRIES, MIN_BLOCK_S, SPIN_MARGIN, BlockerTooShort
+from pytest_nvlink.measure.cuda_engine import (
+    CALIBRATION_CYCLES,
+    MAX_BLOCK_TRIES,
+    MIN_BLOCK_S,
+    SPIN_MARGIN,
+    BlockerTooShort,
+)
 
 MAX_QUEUED = 16  # copies queued behind one spin, per lane: nvbandwidth's loop count
 TORCH_HOST_ROUTE = "torch copy_ pinned host memory (cudaMemcpyAsync, copy engine)"

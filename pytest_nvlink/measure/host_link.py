@@ -31,7 +31,11 @@ GB = 1e9
 MIB = 1 << 20
 Progress = Callable[[str], None]
 # The runs of a GPU, in order: the step name and the figures it gives.
-RUNS: tuple[tuple[str, tuple[str, ...]], ...] = (("h2d", ("h2d",)), ("d2h", ("d2h",)), ("bidir", ("bidir_h2d", "bidir_d2h")))
+RUNS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("h2d", ("h2d",)),
+    ("d2h", ("d2h",)),
+    ("bidir", ("bidir_h2d", "bidir_d2h")),
+)
 
 
 class HostEngine(Protocol):
@@ -81,22 +85,22 @@ class HostLinkPlan:
 # --- one GPU, in its child -------------------------------------------------------------------
 
 
-def _figures(plan: HostLinkPlan, engine: HostEngine, step: str) -> list[tuple[float, LaneTimes]]:
+def _figures(plan: HostLinkPlan, engine: HostEngine, step: str) -> list[LaneTimes]:
     run = {"h2d": engine.h2d, "d2h": engine.d2h, "bidir": engine.bidirectional}[step]
     for _ in range(plan.warmup):
         run(plan.iterations)
-    return [(time.perf_counter(), run(plan.iterations)) for _ in range(plan.repeats)]
+    return [run(plan.iterations) for _ in range(plan.repeats)]
 
 
-def _measured(plan: HostLinkPlan, runs: list[tuple[float, LaneTimes]], lane: int) -> tuple[float | None, dict[str, str]]:
+def _measured(plan: HostLinkPlan, runs: list[LaneTimes], lane: int) -> tuple[float | None, dict[str, str]]:
     nbytes = plan.nbytes * plan.iterations
-    samples = [nbytes / times.lane_s[lane] / GB for _, times in runs if times.lane_s[lane] > 0]
-    last = runs[-1][1]
+    samples = [nbytes / times.lane_s[lane] / GB for times in runs if times.lane_s[lane] > 0]
+    last = runs[-1]
     extra = {
         "samples_gbps": ",".join(f"{s:.2f}" for s in samples),
         "spin_ms": f"{last.spin_s * 1e3:.2f}",
         "enqueue_ms": f"{last.enqueue_s * 1e3:.2f}",
-        "blocker_tries": str(max(times.tries for _, times in runs)),
+        "blocker_tries": str(max(times.tries for times in runs)),
     }
     return (statistics.median(samples) if len(samples) == len(runs) else None), extra
 
@@ -128,14 +132,14 @@ def measure_gpu(
         try:
             runs = _figures(plan, engine, step)
         except Exception as exc:
+            failed = {**base, "value": None, "error": f"{step} copies failed: {type(exc).__name__}: {exc}"}
             for direction in directions:
-                error = f"{step} copies failed: {type(exc).__name__}: {exc}"
-                send("result", {**base, "direction": direction, "value": None, "error": error, "conditions": conditions})
+                send("result", {**failed, "direction": direction, "conditions": conditions})
             continue
         for lane, direction in enumerate(directions):
             value, extra = _measured(plan, runs, lane)
-            error = None if value is not None else f"{step}: a timed run measured no time"
-            figure = {**base, "direction": direction, "value": value, "error": error}
+            why = None if value is not None else f"{step}: a timed run measured no time"
+            figure = {**base, "direction": direction, "value": value, "error": why}
             send("result", {**figure, "conditions": {**conditions, **extra}})
 
 
@@ -229,9 +233,7 @@ def _pump(
 
 
 def _summary(figures: list[HostLinkMeasurement]) -> str:
-    parts = []
-    for figure in figures:
-        parts.append(f"{figure.direction} {figure.value:.1f} GB/s" if figure.value is not None else f"{figure.direction} error")
+    parts = [f"{f.direction} {f.value:.1f} GB/s" if f.value is not None else f"{f.direction} error" for f in figures]
     errors = sorted({f.error for f in figures if f.error})
     return ", ".join(parts) + (f" ({errors[0]})" if errors else "")
 
