@@ -182,3 +182,17 @@ def test_the_torch_engine_times_each_lane_behind_a_measured_spin_on_the_simulate
 def test_the_plan_refuses_a_queue_deeper_than_the_references_use() -> None:
     with pytest.raises(ValueError, match="queue depth"):
         HostLinkPlan((), iterations=17)
+
+
+def test_a_selected_host_link_check_plans_the_campaign_and_other_areas_do_not() -> None:
+    from pytest_nvlink.plugin.live import planned_campaigns
+
+    class Item:
+        def __init__(self, area: str) -> None:
+            self.area, self.fixturenames = area, ("nvlink_check",)
+
+        def get_closest_marker(self, name: str) -> Any:
+            return pytest.mark.nvlink(self.area).mark
+
+    assert planned_campaigns([Item("host_link"), Item("platform")]) == frozenset({"host_link"})  # type: ignore[list-item]
+    assert planned_campaigns([Item("bandwidth")]) == frozenset({"p2p"})  # type: ignore[list-item]
