@@ -196,3 +196,20 @@ def test_a_selected_host_link_check_plans_the_campaign_and_other_areas_do_not() 
 
     assert planned_campaigns([Item("host_link"), Item("platform")]) == frozenset({"host_link"})  # type: ignore[list-item]
     assert planned_campaigns([Item("bandwidth")]) == frozenset({"p2p"})  # type: ignore[list-item]
+
+
+def test_the_torch_engine_keeps_the_queue_shallow_and_retries_a_spin_that_ran_short() -> None:
+    from pytest_nvlink.measure.cuda_simulated import SimulatedGpu, make_torch
+    from pytest_nvlink.measure.host_copy import TorchHostEngine
+
+    # Calibrated idle, the spin runs 10,000x faster once warm: the first spin ends long before the copies are queued.
+    sim = SimulatedGpu(bytes_per_s=50e9, idle_hz=0.1e9, warm_hz=1e12, warmup_s=0.001)
+    engine = TorchHostEngine(0, 16 * MIB, torch_module=make_torch(sim))
+    timed = engine.h2d(16)
+    assert timed.tries >= 2  # the short spin was measured and the run repeated, not reported
+    assert timed.enqueue_s < 0.8 * timed.spin_s
+    assert timed.lane_s[0] == pytest.approx(16 * 16 * MIB / 50e9, rel=0.05)
+    engine.bidirectional(16)
+    assert sim.deepest <= 16 + 3  # the copies of one lane plus its events: never a queue that blocks the host
+    with pytest.raises(ValueError, match=r"queues 1\.\.16"):
+        engine.d2h(17)
