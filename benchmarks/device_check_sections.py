@@ -419,6 +419,12 @@ def _machinery(simulate: bool) -> Result:
     return p2p_machinery(simulate)
 
 
+def _host_link(simulate: bool) -> Result:
+    from device_check_host import host_link
+
+    return host_link(simulate)
+
+
 SECTIONS: dict[str, Callable[[bool], Result]] = {
     "probe": probe,
     "nvml_raw": nvml_raw,
@@ -427,6 +433,7 @@ SECTIONS: dict[str, Callable[[bool], Result]] = {
     "counter_freshness": counter_freshness,
     "p2p_machinery": _machinery,
     "p2p_pair": p2p_pair,
+    "host_link": _host_link,
     "nccl": nccl,
 }
 # seconds per section, spawn and imports included; they sum to under the global deadline
@@ -434,9 +441,10 @@ BUDGETS_S: dict[str, float] = {
     "probe": 20,
     "nvml_raw": 25,
     "cuda_join": 25,
-    "plugin_context": 60,
+    "plugin_context": 55,
     "counter_freshness": 25,
-    "p2p_machinery": 70,
+    "p2p_machinery": 60,
     "p2p_pair": 30,
-    "nccl": 70,
+    "host_link": 30,
+    "nccl": 60,
 }

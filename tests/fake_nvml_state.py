@@ -25,6 +25,7 @@ from fake_nvml_api import (
     nvmlPciInfo_t,
     struct_c_nvmlDevice_t,
 )
+from fake_nvml_c2c import C2C_FIELDS, c2c_field
 from fake_nvml_events import EventsMixin
 
 from pytest_nvlink.model import FabricInfo, Gpu, Node, NvLinkInfo, normalize_pci_bus_id, nvlink_count_of_path
@@ -148,6 +149,7 @@ class FakeNvml(EventsMixin):
         fabric_versions: Iterable[int] = (C["nvmlGpuFabricInfo_v2"], C["nvmlGpuFabricInfo_v3"]),
         architectures: Mapping[int, int] | None = None,
         no_xid_events: Iterable[int] = (),
+        field_errors: Mapping[int, int] | None = None,
     ) -> None:
         self.node = node if node is not None else Node(source="fake")
         by_index = {gpu.index: gpu for gpu in self.node.gpus}
@@ -160,6 +162,7 @@ class FakeNvml(EventsMixin):
         self.library_missing = library_missing
         self.driver_not_loaded = driver_not_loaded
         self.unsupported_fields = set(unsupported_fields)
+        self.field_errors = dict(field_errors or {})  # fieldId -> the NVML error its entry answers
         # A GPU the node marks unusable is one NVML reports as lost.
         self.lost_gpus = set(lost_gpus) | {gpu.index for gpu in self.gpus if gpu.problem}
         self.counters_no_permission = counters_no_permission
@@ -522,11 +525,16 @@ class FakeNvml(EventsMixin):
     def _field(self, gpu: Gpu, field_id: int, scope_id: int) -> tuple[int, int | float]:
         if field_id in self.unsupported_fields:
             raise _FieldFailure(C["NVML_ERROR_NOT_SUPPORTED"])
+        if field_id in self.field_errors:
+            raise _FieldFailure(self.field_errors[field_id])
         for key in ((field_id, scope_id), (field_id, None)):
             if key in self.raw_fields:
                 return 3 if field_id in (138, 139, 197, 198) else 1, self.raw_fields[key]
         if field_id in (197, 198):
             return self._pcie_counter(gpu, field_id)
+        if field_id in C2C_FIELDS:
+            answer = c2c_field(gpu, field_id, scope_id)
+            return answer if isinstance(answer, tuple) else _raise_field(answer)
         links = self._field_links(gpu)
         if field_id in _NVLINK5_ERROR_FIELDS:
             return self._nvlink5_error(gpu, links, field_id, scope_id)

@@ -97,6 +97,7 @@ def make_fake_pynvml(
     fabric_versions: Iterable[int] = (C["nvmlGpuFabricInfo_v2"], C["nvmlGpuFabricInfo_v3"]),
     architectures: Mapping[int, int] | None = None,
     no_xid_events: Iterable[int] = (),
+    field_errors: Mapping[int, int] | None = None,
 ) -> types.ModuleType:
     """A module that behaves like ``pynvml`` on the machine ``node`` describes.
 
@@ -107,6 +108,8 @@ def make_fake_pynvml(
     lists node GPU indices in NVML enumeration order. ``lost_gpus`` are node GPU indices whose calls
     raise GpuIsLost. ``no_xid_events`` are node GPU indices whose driver offers no Xid events (a VM,
     MIG); ``module.queue_xid(gpu, xid)`` queues an Xid that the next event wait delivers.
+    ``field_errors`` maps field ids to the NVML error their entries answer. C2C fields answer from
+    ``Gpu.c2c`` (a Grace GPU), NotSupported where the node has none (a PCIe host).
     The fake's state is ``module.fake_state``; ``module.add_traffic`` / ``add_copy`` advance the
     traffic counters and ``module.inject_error`` makes a function fail.
     """
@@ -130,6 +133,7 @@ def make_fake_pynvml(
         fabric_versions=fabric_versions,
         architectures=architectures,
         no_xid_events=no_xid_events,
+        field_errors=field_errors,
     )
     module = types.ModuleType("pynvml", "Fake pynvml (tests/fake_pynvml.py)")
     module.__dict__.update(CONSTANTS)

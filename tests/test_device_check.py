@@ -104,6 +104,12 @@ def test_simulate_runs_every_section_within_three_minutes(tmp_path: Path) -> Non
     assert torch_route["queue_depth_256mib"][-1]["host_blocked_past_the_spin"] is True
     nccl = report["sections"]["nccl"]["result"]
     assert "INIT" in nccl["subsys_given_to_ranks"].split(",")
+    host = report["sections"]["host_link"]["result"]  # the campaign's own code on the simulated timeline
+    assert [f["direction"] for f in host["figures"]] == ["h2d", "d2h", "bidir_h2d", "bidir_d2h"]
+    assert all(f["value"] > 0 and f["method"] == "ce" and "error" not in f for f in host["figures"])
+    assert all(f["conditions"]["numa_binding"] for f in host["figures"])
+    assert host["xid_events"]["nvmlDeviceRegisterEvents"] == "ok"
+    assert host["xid_events"]["nvmlEventSetWait_v2"] == "timeout"  # nothing happened: the wait's normal answer
 
 
 def test_a_killed_run_leaves_the_sections_it_finished(tmp_path: Path) -> None:

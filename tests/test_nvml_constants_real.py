@@ -24,6 +24,7 @@ from fake_nvml_api import CONSTANTS, ERROR_CLASSES
 from fake_pynvml import make_fake_pynvml
 
 from pytest_nvlink.model import NVLINK5_ERROR_COUNTER_NAMES
+from pytest_nvlink.model.host_link import C2CInfo, C2CLink
 from pytest_nvlink.sources.evidence.parsers import nvlink as nvlink_parser
 from pytest_nvlink.sources.live import fields as nvml_fields
 from pytest_nvlink.sources.live.counters import read_traffic
@@ -232,9 +233,12 @@ def test_the_fake_answers_every_field_id_the_probe_reads(real: types.ModuleType)
     fake = make_fake_pynvml(node)
     fake.nvmlInit()
     nvlink5 = set(nvml_fields.NVLINK5_ERROR_FIELDS.values())  # Blackwell and later only
+    c2c = {real.NVML_FI_DEV_C2C_LINK_COUNT, real.NVML_FI_DEV_C2C_LINK_GET_STATUS, real.NVML_FI_DEV_C2C_LINK_GET_MAX_BW}
     ids = sorted(getattr(real, name) for name in _fields_read(real))
+    assert c2c <= set(ids)
     answers = fake.nvmlDeviceGetFieldValues(fake.nvmlDeviceGetHandleByIndex(0), [(i, 0) for i in ids])
-    hopper = [real.NVML_ERROR_NOT_SUPPORTED if i in nvlink5 else real.NVML_SUCCESS for i in ids]
+    # An x86 H100 has no NVLink-C2C (NotSupported), nor the NVLink 5 counters.
+    hopper = [real.NVML_ERROR_NOT_SUPPORTED if i in nvlink5 | c2c else real.NVML_SUCCESS for i in ids]
     assert [(int(a.fieldId), int(a.nvmlReturn)) for a in answers] == list(zip(ids, hopper, strict=True))
     count = next(a for a in answers if a.fieldId == real.NVML_FI_DEV_NVLINK_LINK_COUNT)
     assert count.value.uiVal == len(node.gpus[0].nvlinks or [])
@@ -248,6 +252,16 @@ def test_the_fake_answers_every_field_id_the_probe_reads(real: types.ModuleType)
     assert {(int(a.fieldId), int(a.nvmlReturn)) for a in answers if a.fieldId in nvlink5} == {
         (i, real.NVML_SUCCESS) for i in nvlink5
     }
+    node.gpus[0].name = "NVIDIA GB200"  # a Grace-Blackwell GPU: its host link is NVLink-C2C
+    node.gpus[0].c2c = C2CInfo(link_count=1, links=[C2CLink(0, True, 40.0)])
+    grace = make_fake_pynvml(node)
+    grace.nvmlInit()
+    answers = grace.nvmlDeviceGetFieldValues(grace.nvmlDeviceGetHandleByIndex(0), [(i, 0) for i in sorted(c2c)])
+    assert [(int(a.fieldId), int(a.nvmlReturn), int(a.value.uiVal)) for a in answers] == [
+        (real.NVML_FI_DEV_C2C_LINK_COUNT, real.NVML_SUCCESS, 1),
+        (real.NVML_FI_DEV_C2C_LINK_GET_STATUS, real.NVML_SUCCESS, 1),
+        (real.NVML_FI_DEV_C2C_LINK_GET_MAX_BW, real.NVML_SUCCESS, 40_000),  # MBps, as nvml.h states
+    ]
 
 
 def test_nvlink5_counters_and_architectures_have_the_real_names_and_values(real: types.ModuleType) -> None:

@@ -148,6 +148,7 @@ def make_torch(gpu: SimulatedGpu | None = None, devices: int = 2) -> Any:
     return types.SimpleNamespace(
         cuda=cuda,
         uint8="uint8",
-        ones=lambda nbytes, dtype=None, device=None: SimulatedTensor(sim, nbytes),
+        # pin_memory: a host buffer; copies to or from it run on the same timeline at the same rate.
+        ones=lambda nbytes, dtype=None, device=None, pin_memory=False: SimulatedTensor(sim, nbytes),
         simulated_gpu=sim,
     )

@@ -12,10 +12,13 @@ from itertools import permutations
 
 from pytest_nvlink.config.suites import Suite
 from pytest_nvlink.config.thresholds import Thresholds
+from pytest_nvlink.measure.host_link import HostEngineFactory, HostLinkPlan, HostLinkTarget, run_host_link
+from pytest_nvlink.measure.host_numa import NumaBinder
 from pytest_nvlink.measure.p2p import EngineFactory
 from pytest_nvlink.measure.p2p_counters import CounterReaderFactory
 from pytest_nvlink.measure.runner import MeasurementSession, NvmlCounterFactory, sizes_from_thresholds
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, Node, P2PMeasurement
+from pytest_nvlink.model.host_link import HOST_LINK_DIRECTIONS, HostLinkMeasurement
 from pytest_nvlink.model.identity import gpu_problems
 
 Progress = Callable[[str], None]
@@ -69,6 +72,38 @@ def measure_p2p(
             measured = session.p2p(cuda_of[src], cuda_of[dst], kind)
             results.append(dataclasses.replace(measured, src=src, dst=dst))
     return results
+
+
+def measure_host_link(
+    node: Node,
+    suite: Suite,
+    cuda_of: dict[int, int],
+    progress: Progress,
+    *,
+    engine_factory: HostEngineFactory | None = None,
+    binder: NumaBinder | None = None,
+    gpu_timeout_s: float | None = None,
+) -> list[HostLinkMeasurement]:
+    """Every host-link figure of every usable GPU, in NVML indices; a GPU CUDA does not see gets error figures."""
+    usable = _usable(node, suite)
+    results: list[HostLinkMeasurement] = []
+    targets = []
+    for index in usable:
+        gpu = node.gpu(index)
+        if index in cuda_of and gpu is not None:
+            targets.append(HostLinkTarget(index, cuda_of[index], gpu.numa_node))
+            continue
+        reason = node.unknown_reason(
+            f"gpu{index}.cuda_index",
+            f"torch sees no CUDA device for GPU {index} (CUDA_VISIBLE_DEVICES, or no CUDA build of torch)",
+        )
+        results += [HostLinkMeasurement(index, d, None, method="ce", error=reason) for d in HOST_LINK_DIRECTIONS]
+    if targets:
+        # One GPU's bound: the suite's whole-campaign timeout, at most HostLinkPlan's default per GPU.
+        timeout = gpu_timeout_s or min(float(suite.measure.timeout_s), HostLinkPlan.gpu_timeout_s)
+        plan = HostLinkPlan(tuple(targets), gpu_timeout_s=timeout)
+        results += run_host_link(plan, engine_factory, binder=binder, progress=progress)
+    return sorted(results, key=lambda m: (m.gpu, HOST_LINK_DIRECTIONS.index(m.direction)))
 
 
 def _name(node: Node, index: int) -> str:

@@ -19,6 +19,8 @@ from pytest_nvlink.model.host_link import HostLinkMeasurement
 
 if TYPE_CHECKING:
     from pytest_nvlink.measure.campaign import CampaignWatch
+    from pytest_nvlink.measure.host_link import HostEngineFactory
+    from pytest_nvlink.measure.host_numa import NumaBinder
     from pytest_nvlink.measure.p2p import EngineFactory
     from pytest_nvlink.measure.p2p_counters import CounterReaderFactory
 
@@ -48,9 +50,14 @@ class LiveMeasurements:
         counter_factory: CounterReaderFactory | None = None,
         cuda_devices: CudaDevices | None = None,
         campaign_hook: CampaignHook | None = None,
+        host_engine_factory: HostEngineFactory | None = None,
+        numa_binder: NumaBinder | None = None,
     ) -> None:
         """``engine_factory``/``counter_factory`` replace the CUDA copy engine and NVML counters
-        (picklable, built in the child); ``cuda_devices`` replaces the child that lists CUDA devices."""
+        (picklable, built in the child); ``cuda_devices`` replaces the child that lists CUDA devices;
+        ``host_engine_factory``/``numa_binder`` replace the host-link copies and the NUMA binding."""
+        self._host_engine_factory = host_engine_factory
+        self._numa_binder = numa_binder
         self._engine_factory = engine_factory
         self._counter_factory = counter_factory
         self._cuda_devices = cuda_devices
@@ -64,7 +71,7 @@ class LiveMeasurements:
         self._collectives_done = False
         self._host_link_done = False
         self._recorded = RecordedMeasurements(node)
-        # The campaigns ("p2p", "collectives") the session's selected checks will ask for.
+        # The campaigns ("p2p", "collectives", "host_link") the session's selected checks will ask for.
         self._planned = planned
         self._campaign_hook = campaign_hook
 
@@ -99,6 +106,7 @@ class LiveMeasurements:
         count = self._suite.gpu_count
         if any(self._suite.pair_expects_nvlink(a, b) for a, b in permutations(range(count), 2)):
             self._ensure_p2p()
+        self._ensure_host_link()
         self._ensure_collectives()
 
     def _ensure_p2p(self) -> None:
@@ -127,6 +135,8 @@ class LiveMeasurements:
         # The P2P checks measure only pairs the suite expects on NVLink (none on a PCIe-only suite).
         if "p2p" in self._planned and self._suite.expects_any_nvlink():
             self._ensure_p2p()
+        if "host_link" in self._planned:
+            self._ensure_host_link()
         if "collectives" in self._planned:
             self._ensure_collectives()
 
@@ -151,8 +161,23 @@ class LiveMeasurements:
         if self._host_link_done:
             return
         self._host_link_done = True
-        # The live host-link campaign lands here (issue 27); until then no figure is recorded, and the
-        # host-link check fails "not measured" rather than passing.
+        from pytest_nvlink.measure.live import measure_host_link
+
+        cuda_of = self._cuda_of()
+        started = time.time()
+        # The copies load every GPU's PCIe link in turn: the watch samples the generation it trained to.
+        with self._watch(loads_gpus=True) as watch:
+            results = measure_host_link(
+                self._node,
+                self._suite,
+                cuda_of,
+                self._progress,
+                engine_factory=self._host_engine_factory,
+                binder=self._numa_binder,
+            )
+            watch.moved_traffic = any(m.value is not None for m in results)
+        self._node.measurements.host_link.extend(results)
+        self._campaign_ran("host_link", started)
 
     def _ensure_collectives(self) -> None:
         if self._collectives_done:

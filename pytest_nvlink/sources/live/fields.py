@@ -31,6 +31,11 @@ FI_NVLINK_GET_SPEED = 164  # MBps, scopeId = link
 FI_PCIE_COUNT_TX_BYTES = 197  # bytes, cumulative, may wrap
 FI_PCIE_COUNT_RX_BYTES = 198
 SCOPE_ALL_LINKS = 0xFFFFFFFF
+# NVLink-C2C (Grace <-> GPU), nvml.h: "Number of C2C Links present on the device", "C2C Link Status
+# 0=INACTIVE 1=ACTIVE", "C2C Link Speed in MBps for active links"; status and speed take the link as scopeId.
+FI_C2C_LINK_COUNT = 170
+FI_C2C_LINK_GET_STATUS = 171
+FI_C2C_LINK_GET_MAX_BW = 172  # MBps
 # NVLink 5 error counters (nvml.h NVML_FI_DEV_NVLINK_COUNT_*, scopeId = link), cumulative since driver load.
 FI_NVLINK_COUNT_MALFORMED_PACKET_ERRORS = 206
 FI_NVLINK_COUNT_BUFFER_OVERRUN_ERRORS = 207

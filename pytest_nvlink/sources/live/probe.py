@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_nvlink.model import Gpu, Node, NvLinkInfo, P2PStatus, PairPath, normalize_pci_bus_id
+from pytest_nvlink.sources.live.c2c import read_c2c
 from pytest_nvlink.sources.live.fabric import read_fabric
 from pytest_nvlink.sources.live.fields import (
     NVLINK_BW_MODES,
@@ -257,6 +258,7 @@ class _Prober:
                 setattr(gpu, attribute, convert(value))
         gpu.numa_node = self._cpu_numa_node(key, gpu.pci_bus_id)
         gpu.fabric = read_fabric(self.nvml, handle, key, self.node.unknown_reasons)
+        gpu.c2c = read_c2c(self.nvml, handle, key, self.node.unknown_reasons)
         gpu.nvlinks = LinkReader(self, key, handle).read()
 
     def _cpu_numa_node(self, key: str, bus_id: str | None) -> int | None:
