@@ -98,6 +98,7 @@ class P2PPlan:
             warmup=measure.p2p_warmup,
             latency_iterations=measure.latency_iterations,
             concurrent=measure.pair_mode == "concurrent",
+            pair_floor_s=float(measure.p2p_pair_floor_s),
         )
 
     def ordered_pair_count(self) -> int:
