@@ -110,7 +110,8 @@ def make_fake_pynvml(
     MIG); ``module.queue_xid(gpu, xid)`` queues an Xid that the next event wait delivers.
     The fake's state is ``module.fake_state``; ``module.add_traffic`` / ``add_copy`` advance the
     traffic counters (with ``counter_refresh_s``, reads see them, and their timestamps move, only at
-    the driver's refresh: the first read that long after the previous refresh) and ``module.inject_error`` makes a function fail.
+    the driver's refresh: the first read that long after the previous refresh) and
+    ``module.inject_error`` makes a function fail.
     """
     state = FakeNvml(
         node,

@@ -7,14 +7,21 @@ at the next pair. The simulated engine hangs forever where told (``threading.Eve
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
+from pathlib import Path
 
 import pytest
+from conftest import REPO, SNAPSHOTS, serve_live_node
+from fake_nvml_copies import live_setup
 
+from pytest_nvlink.config.suites import Measure, load_suite
+from pytest_nvlink.config.values import ConfigError
 from pytest_nvlink.measure import p2p
 from pytest_nvlink.measure.p2p import P2PPlan
 from pytest_nvlink.measure.p2p_simulated import SimulatedCopyEngine, SimulatedCounters
-from pytest_nvlink.model import P2PMeasurement
+from pytest_nvlink.model import Measurements, P2PMeasurement
+from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 SPAWN_S = 6.0  # a fresh spawned child on a busy 2-core box, generously
 
@@ -46,6 +53,17 @@ def test_the_pair_limit_grows_with_the_planned_bytes_above_its_floor() -> None:
     big = P2PPlan(gpus=(0, 1), nbytes=256 << 20, iterations=20, warmup=5, latency_iterations=100)
     # 4 lanes of 25 copies of 256 MiB at 1 GB/s, on top of the 60 s floor and the proofs' reads
     assert big.pair_limit_s() == pytest.approx(60 + 4 * 25 * (256 << 20) / 1e9 + 2 * (1 + 2 * 1.05), rel=1e-3)
+
+
+def test_the_suite_sets_the_floor_and_rejects_a_floor_below_one_second(tmp_path: Path) -> None:
+    suite = tmp_path / "floor.toml"
+    suite.write_text(SUITE, encoding="utf-8")
+    measure = load_suite(str(suite)).measure
+    assert P2PPlan.from_measure([0, 1], measure).pair_floor_s == 1.0
+    assert P2PPlan.from_measure([0, 1], Measure()).pair_floor_s == 60.0
+    suite.write_text(SUITE.replace("p2p_pair_floor_s = 1", "p2p_pair_floor_s = 0"), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"floor.toml:measure.p2p_pair_floor_s: "):
+        load_suite(str(suite))
 
 
 @pytest.mark.parametrize(("concurrent", "step"), [(False, "enqueue"), (True, "sync")])
@@ -125,3 +143,62 @@ def test_without_a_hang_one_worker_measures_everything_as_before() -> None:
         f"p2p pair {i}/6 gpu{s}->gpu{d}: 50.0 GB/s"
         for i, (s, d) in enumerate([(0, 1), (1, 0), (0, 2), (2, 0), (1, 2), (2, 1)], start=1)
     ]
+
+
+SUITE = """
+[suite]
+description = "three H100s, live through a fake NVML, one pair of which hangs"
+thresholds = "h100-sxm"
+gpu_count = 3
+gpu_models = ["H100"]
+nvswitch = true
+[topology]
+default = "NV18"
+[measure]
+p2p_size_mib = 1
+p2p_iterations = 2
+p2p_warmup = 1
+latency_iterations = 10
+timeout_s = 300
+p2p_pair_floor_s = 1
+collectives = ["all_reduce"]
+"""
+
+
+def test_live_run_fails_the_hung_pair_alone_and_judges_the_others(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = load_snapshot(SNAPSHOTS / "h100-8gpu-healthy.json")
+    node.measurements = Measurements()
+    # CUDA numbers the GPUs in reverse: CUDA 2 -> CUDA 1, which hangs, is NVML GPU 0 -> GPU 1.
+    engine = "NvmlFedEngine(gbps=400.0, latency_us=0.0, hang_on=(2, 1), node_path=node_path, uuids=uuids)"
+    serve_live_node(pytester, monkeypatch, node, 3, setup=live_setup(pytester.path / "node.json", engine, [2, 1, 0]))
+    monkeypatch.setenv("PYTHONPATH", f"{REPO}:{os.environ['PYTHONPATH']}")  # this checkout's code, also in a worktree
+    pytester.makefile(".toml", suite=SUITE)
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess(
+        f"--nvlink-suite={pytester.path / 'suite.toml'}",
+        "-k",
+        "p2p_unidirectional or path_proof",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "fake_nvml_plugin",
+        "-rA",
+        timeout=300,
+    )
+    assert time.monotonic() - started < 120
+    outcomes = result.parseoutcomes()
+    assert (outcomes["passed"], outcomes["failed"]) == (8, 4)
+    for src, dst in ((0, 1), (1, 0)):
+        for check in ("unidirectional", "path_proof"):
+            result.stdout.fnmatch_lines([f"FAILED nvlink/test_bandwidth.py::test_p2p_{check}[[]gpu{src}-gpu{dst}[]]*"])
+    for src, dst in ((0, 2), (2, 0), (1, 2), (2, 1)):
+        for check in ("unidirectional", "path_proof"):
+            result.stdout.fnmatch_lines([f"PASSED nvlink/test_bandwidth.py::test_p2p_{check}[[]gpu{src}-gpu{dst}[]]*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*the pair of CUDA devices 2 and 1 did not finish within its 7 s limit, stuck at gpu2->gpu1 "
+            "unidirectional copy: enqueue; its worker was killed and the campaign went on with the next pair*"
+        ]
+    )
