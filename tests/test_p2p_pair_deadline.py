@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,31 @@ def test_the_restart_budget_bounds_a_machine_where_every_pair_hangs() -> None:
         "unidirectional copy: enqueue, CUDA devices 0 and 2 at gpu0->gpu2 unidirectional copy: enqueue) and may be "
         "restarted no more"
     }
+    assert not multiprocessing.active_children()
+
+
+@dataclass
+class DyingEngine(SimulatedCopyEngine):
+    """The measuring process ends abruptly on the copy from 1 to 2 (a driver crash, an OOM kill)."""
+
+    def copy(self, src: int, dst: int, nbytes: int, iterations: int) -> float:
+        if (src, dst) == (1, 2):
+            os._exit(7)
+        return super().copy(src, dst, nbytes, iterations)
+
+
+def test_a_worker_that_dies_mid_pair_fails_that_pair_and_a_fresh_one_goes_on() -> None:
+    results = p2p.run_p2p(_plan(4), DyingEngine(gbps=50.0), timeout_s=120)
+    failed = {(m.src, m.dst, m.kind): m.error for m in results if m.error is not None}
+    assert set(failed) == {(1, 2, "unidirectional"), (1, 2, "latency"), (2, 1, "unidirectional")} | {
+        (2, 1, "latency"),
+        (1, 2, "bidirectional"),
+    }
+    assert set(failed.values()) == {
+        "not measured: the pair of CUDA devices 1 and 2 lost its worker (exit code 7) at gpu1->gpu2 unidirectional "
+        "copy; the campaign went on with the next pair in a fresh worker"  # it died before the engine's enqueue
+    }
+    assert sum(m.value is not None for m in results) == 25
     assert not multiprocessing.active_children()
 
 

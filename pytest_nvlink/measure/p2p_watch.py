@@ -113,13 +113,12 @@ class Supervisor:
         for (a, b), (_, step) in sorted(child.active.items()):
             if end == "hung":
                 what = f"did not finish within its {self.limits.pair_s:.0f} s limit, stuck at {step}"
+                then = "its worker was killed and the campaign went on with the next pair"
             else:
                 what = f"lost its worker ({_proc.describe_exit(process.exitcode)}) at {step}"
+                then = "the campaign went on with the next pair in a fresh worker"
             self.hung.append(f"CUDA devices {a} and {b} at {step}")
-            sentence = (
-                f"not measured: the pair of CUDA devices {a} and {b} {what}; its worker was killed and the "
-                "campaign went on with the next pair"
-            )
+            sentence = f"not measured: the pair of CUDA devices {a} and {b} {what}; {then}"
             if self.progress is not None:
                 self.progress(f"p2p pair gpu{a}<->gpu{b}: {what}; restarting the worker")
             for src, dst, kind in pair_keys(a, b):
