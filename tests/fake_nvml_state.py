@@ -9,6 +9,7 @@ that the ``fake_pynvml`` docstring lists. Kept apart from the copied definitions
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import time
 from collections.abc import Iterable, Mapping
@@ -81,6 +82,7 @@ _BW_MODES = {"full": 0, "off": 1, "min": 2, "half": 3, "3quarter": 4}
 _H100_SXM_DEVICE_ID = 0x233010DE
 _NVSWITCH_DEVICE_ID = 0x22A310DE
 
+_TRAFFIC_FIELDS = frozenset({138, 139, 140, 141, 197, 198})  # NVLink throughput, PCIe byte counters
 _VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
@@ -145,6 +147,7 @@ class FakeNvml(EventsMixin):
         raw_fields: Mapping[tuple[int, int | None], int] | None = None,
         counter_lag_reads: int = 0,
         background_bytes_per_read: int = 0,
+        counter_refresh_s: float | None = None,
         aggregate_scope_fails: bool = False,
         fabric_versions: Iterable[int] = (C["nvmlGpuFabricInfo_v2"], C["nvmlGpuFabricInfo_v3"]),
         architectures: Mapping[int, int] | None = None,
@@ -177,6 +180,11 @@ class FakeNvml(EventsMixin):
         # NVLink keep-alive), and some drivers refuse the all-links scope.
         self.counter_lag_reads = counter_lag_reads
         self.background_bytes_per_read = background_bytes_per_read
+        # The driver refreshes the traffic counters on its own clock: with a period set, their values
+        # and timestamps change only at a refresh (the first read a period after the last one), so a
+        # read right after a copy can show the counters from before it, dated before it.
+        self.counter_refresh_s = counter_refresh_s
+        self.refreshed: dict[int, tuple[int, _Traffic]] = {}  # NVML index -> (timestamp us, counters then)
         self.aggregate_scope_fails = aggregate_scope_fails
         # The fabric-info struct versions the driver knows (R550: v2 only), and node GPU index -> the
         # nvmlDeviceArchitecture_t it answers where the GPU's name and links do not say it.
@@ -504,14 +512,15 @@ class FakeNvml(EventsMixin):
 
     def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list[Any]) -> Any:
         gpu = self._dev(handle)
-        self._publish_counters(gpu.index)  # one counter sample per call, as one NVML read
+        counters_at = self._sample_counters(gpu.index)  # one counter sample per call, as one NVML read
         values = (c_nvmlFieldValue_t * len(fieldIds))()
         for entry, field_id in zip(values, fieldIds, strict=True):
             try:
                 entry.fieldId, entry.scopeId = field_id
             except TypeError:
                 entry.fieldId = field_id
-            entry.timestamp = time.time_ns() // 1000
+            # microseconds since 1970, when the value was last refreshed (nvml.h nvmlFieldValue_t)
+            entry.timestamp = counters_at if int(entry.fieldId) in _TRAFFIC_FIELDS else time.time_ns() // 1000
             try:
                 value_type, value = self._field(gpu, int(entry.fieldId), int(entry.scopeId))
             except _FieldFailure as failure:
@@ -598,6 +607,16 @@ class FakeNvml(EventsMixin):
         history = self.published.setdefault(index, [])
         return history[max(0, len(history) - 1 - self.counter_lag_reads)] if history else (0, 0)
 
+    def _sample_counters(self, index: int) -> int:
+        """Refresh the traffic counters if due; the timestamp (us) of the values a read sees now."""
+        now_us = time.time_ns() // 1000
+        last = self.refreshed.get(index)
+        if self.counter_refresh_s is not None and last is not None and now_us - last[0] < self.counter_refresh_s * 1e6:
+            return last[0]
+        self._publish_counters(index)
+        self.refreshed[index] = (now_us, dataclasses.replace(self.traffic[index]))
+        return now_us
+
     def _publish_counters(self, index: int) -> None:
         traffic = self.traffic[index]
         traffic.nvlink_tx += self.background_bytes_per_read
@@ -607,7 +626,7 @@ class FakeNvml(EventsMixin):
     def _pcie_counter(self, gpu: Gpu, field_id: int) -> tuple[int, int]:
         if self.counters_no_permission:
             raise _FieldFailure(C["NVML_ERROR_NO_PERMISSION"])
-        traffic = self.traffic[gpu.index]
+        traffic = self.refreshed[gpu.index][1] if self.counter_refresh_s is not None else self.traffic[gpu.index]
         value = traffic.pcie_tx if field_id == 197 else traffic.pcie_rx
         if self.pcie_counter_bits is not None:
             value %= 1 << self.pcie_counter_bits  # "Value can be wrapped"

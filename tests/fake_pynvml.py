@@ -93,6 +93,7 @@ def make_fake_pynvml(
     raw_fields: Mapping[tuple[int, int | None], int] | None = None,
     counter_lag_reads: int = 0,
     background_bytes_per_read: int = 0,
+    counter_refresh_s: float | None = None,
     aggregate_scope_fails: bool = False,
     fabric_versions: Iterable[int] = (C["nvmlGpuFabricInfo_v2"], C["nvmlGpuFabricInfo_v3"]),
     architectures: Mapping[int, int] | None = None,
@@ -111,7 +112,9 @@ def make_fake_pynvml(
     ``field_errors`` maps field ids to the NVML error their entries answer. C2C fields answer from
     ``Gpu.c2c`` (a Grace GPU), NotSupported where the node has none (a PCIe host).
     The fake's state is ``module.fake_state``; ``module.add_traffic`` / ``add_copy`` advance the
-    traffic counters and ``module.inject_error`` makes a function fail.
+    traffic counters (with ``counter_refresh_s``, reads see them, and their timestamps move, only at
+    the driver's refresh: the first read that long after the previous refresh) and
+    ``module.inject_error`` makes a function fail.
     """
     state = FakeNvml(
         node,
@@ -129,6 +132,7 @@ def make_fake_pynvml(
         raw_fields=raw_fields,
         counter_lag_reads=counter_lag_reads,
         background_bytes_per_read=background_bytes_per_read,
+        counter_refresh_s=counter_refresh_s,
         aggregate_scope_fails=aggregate_scope_fails,
         fabric_versions=fabric_versions,
         architectures=architectures,

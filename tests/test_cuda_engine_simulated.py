@@ -68,7 +68,7 @@ def test_the_path_proof_never_queues_more_than_a_chunk_of_copies() -> None:
     engine = CudaCopyEngine(route="torch", torch_module=torch)
 
     def read(gpu: int) -> SimulatedSample:
-        return SimulatedSample(0, 0, 0, 0)
+        return SimulatedSample(0, 0, 0, 0, stamps=(("test counters", -(-time.time_ns() // 1000)),))  # always fresh
 
     # 256 MiB copies at 1 TB/s: a 0.3 s proof is ~1,100 copies. Queued behind one blocker they
     # filled the launch queue, blocked the host and escalated the blocker for many seconds.

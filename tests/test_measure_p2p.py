@@ -57,6 +57,12 @@ def plan(n: int = 4, concurrent: bool = False, **kw: int) -> P2PPlan:
     return P2PPlan(gpus=tuple(range(n)), concurrent=concurrent, settle_interval_s=0.001, **values)
 
 
+UNSTAMPED = (
+    "counters read without timestamps: settled on two reads 0.001 s apart agreeing, "
+    "which a slower counter refresh would undercount"
+)
+
+
 # --- rounds ----------------------------------------------------------------------------------
 
 
@@ -133,7 +139,8 @@ def test_counter_deltas_are_summed_tx_of_both_gpus() -> None:
     # reads agree): settled before 1020, settled after 1040 -> 20 per GPU, two GPUs
     assert uni.nvlink_bytes == 40
     assert uni.pcie_bytes == 0
-    assert uni.counters_note is None
+    # This reader gives no timestamps: only the agreement rule could settle it, and the note says so.
+    assert uni.counters_note == UNSTAMPED
     assert reader.reads[:8] == [0, 1, 0, 1, 0, 1, 0, 1]  # only around the unidirectional proof copy
     assert len(reader.reads) == 16  # two directions x (before, after) x two reads x two GPUs
 
@@ -143,7 +150,7 @@ def test_counter_deltas_note_when_unsupported() -> None:
     uni = next(m for m in p2p.run_campaign(plan(2), SimulatedCopyEngine(), reader) if m.kind == "unidirectional")
     assert uni.nvlink_bytes == 40
     assert uni.pcie_bytes is None
-    assert uni.counters_note == "PCIe counters unsupported"
+    assert uni.counters_note == f"PCIe counters unsupported; {UNSTAMPED}"
 
 
 def test_counter_delta_rules() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import inspect
 import re
+import time
 import types
 from pathlib import Path
 
@@ -143,7 +144,7 @@ LIVE_SOURCES = sorted((REPO / "pytest_nvlink" / "sources" / "live").glob("*.py")
 )
 # The struct fields the code reads (probe.py: fabric info; fields.py: field values, PCI bus ids).
 FIELDS_READ = {
-    "c_nvmlFieldValue_t": ("fieldId", "scopeId", "valueType", "nvmlReturn", "value"),
+    "c_nvmlFieldValue_t": ("fieldId", "scopeId", "timestamp", "valueType", "nvmlReturn", "value"),
     "c_nvmlValue_t": ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal"),
     "c_nvmlGpuFabricInfo_t": ("clusterUuid", "status", "cliqueId", "state"),
     "c_nvmlGpuFabricInfo_v2_t": ("version", "clusterUuid", "status", "cliqueId", "state", "healthMask"),
@@ -370,3 +371,18 @@ def test_the_wait_returns_the_real_event_struct_and_times_out_as_documented(real
     assert not hasattr(real.struct_c_nvmlEventSet_t, "_fields_")  # an opaque handle, as the fake's
     assert not hasattr(make_fake_pynvml(None).struct_c_nvmlEventSet_t, "_fields_")
     assert _layout(make_fake_pynvml(None).c_nvmlEventData_t) == _layout(real.c_nvmlEventData_t)
+
+
+def test_field_value_timestamps_are_signed_microseconds_since_1970_in_both(real: types.ModuleType) -> None:
+    # nvml.h: "long long timestamp; CPU Timestamp of this value in microseconds since 1970". The path
+    # proof compares it with the host clock after the copies' sync (time.time_ns() // 1000).
+    for module in (real, make_fake_pynvml(None)):
+        stamp_type = dict(module.c_nvmlFieldValue_t._fields_)["timestamp"]
+        assert ctypes.sizeof(stamp_type) == 8 and stamp_type(-1).value == -1, module
+    fake = make_fake_pynvml(load_snapshot(SNAPSHOTS / "h100-8gpu-healthy.json"))
+    fake.nvmlInit()
+    before_us = time.time_ns() // 1000
+    (entry,) = fake.nvmlDeviceGetFieldValues(fake.nvmlDeviceGetHandleByIndex(0), [(138, 0xFFFFFFFF)])
+    assert before_us <= entry.timestamp <= time.time_ns() // 1000
+    (reading,) = nvml_fields.read_fields(fake, fake.nvmlDeviceGetHandleByIndex(0), [(138, 0xFFFFFFFF)])
+    assert reading.timestamp_us is not None and before_us <= reading.timestamp_us

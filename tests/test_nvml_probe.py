@@ -480,7 +480,14 @@ def test_read_traffic_scales_nvlink_kib_to_bytes(counters_fake: types.ModuleType
     uuid = counters_fake.fake_state.gpus[0].uuid
     handle = handle_for(counters_fake, uuid)
     before = read_traffic(counters_fake, handle)
-    assert before == Traffic(0, 0, 0, 0)
+    assert before == Traffic(0, 0, 0, 0, stamps=before.stamps)
+    # Every value carries its NVML timestamp, named by counter, field and scope (the path proof's freshness).
+    assert [label for label, _ in before.stamps] == [
+        "nvlink_tx_bytes (NVML field 138, all links)",
+        "nvlink_rx_bytes (NVML field 139, all links)",
+        "pcie_tx_bytes (NVML field 197)",
+        "pcie_rx_bytes (NVML field 198)",
+    ]
     counters_fake.add_traffic(uuid, nvlink_bytes=64 * 1024 * 1024, pcie_bytes=1000, pcie_rx_bytes=10)
     delta = traffic_delta(before, read_traffic(counters_fake, handle))
     assert delta == Traffic(nvlink_tx_bytes=64 * 1024 * 1024, nvlink_rx_bytes=0, pcie_tx_bytes=1000, pcie_rx_bytes=10)

@@ -38,6 +38,8 @@ class Measure:
     collective_iterations: int = 20
     collective_warmup: int = 5
     timeout_s: int = 600
+    # One P2P pair's deadline starts here and grows with its planned bytes; a hung pair fails alone.
+    p2p_pair_floor_s: int = 60
     pair_mode: str = "serial"  # "serial" | "concurrent"
     collectives: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 
@@ -220,6 +222,7 @@ _MEASURE_CHECKS: dict[str, Check] = {
     "collective_iterations": _int_range(1, 10_000),
     "collective_warmup": _int_range(0, 10_000),
     "timeout_s": _int_range(1, 86_400),
+    "p2p_pair_floor_s": _int_range(1, 86_400),
 }
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +114,12 @@ class CudaCopyEngine:
         self._enqueue_s: dict[tuple[int, int], float] = {}
         self._peers: set[tuple[int, int]] = set()
         self._lock = threading.Lock()
+        # Told "enqueue" and "sync" as a copy reaches them (the campaign names where a hung pair stopped).
+        self.step: Callable[[str], None] | None = None
+
+    def _step(self, step: str) -> None:
+        if self.step is not None:
+            self.step(step)
 
     # --- resources ---
 
@@ -164,6 +170,7 @@ class CudaCopyEngine:
             start.record()
             torch.cuda._sleep(CALIBRATION_CYCLES)
             end.record()
+        self._step("calibration sync")
         end.synchronize()
         seconds = float(start.elapsed_time(end)) / 1e3
         self._cycles_per_s[device] = CALIBRATION_CYCLES / max(seconds, 1e-6)
@@ -237,6 +244,7 @@ class CudaCopyEngine:
             start.record()
         for stream in streams[1:]:
             stream.wait_event(start)  # every lane starts when the blocker ends
+        self._step("enqueue")
         begin = time.perf_counter()
         for (src, dst), stream in zip(lanes, streams, strict=True):
             self._issue(src, dst, nbytes, iterations, stream)
@@ -249,6 +257,7 @@ class CudaCopyEngine:
         with torch.cuda.device(lead):
             end = torch.cuda.Event(enable_timing=True)
             end.record(streams[0])
+        self._step("sync")
         end.synchronize()
         spin_s = float(spin_start.elapsed_time(start)) / 1e3
         return Timed(float(start.elapsed_time(end)) / 1e3, enqueue_s, block_s, spin_s)
@@ -257,6 +266,7 @@ class CudaCopyEngine:
         """``iterations`` copies with no blocker and no timing, then a sync (the path proof's chunks)."""
         torch = self._torch
         stream = self._stream(src)
+        self._step("enqueue")
         try:
             self._enable_peer(src, dst)
             self._issue(src, dst, nbytes, iterations, stream)
@@ -265,6 +275,7 @@ class CudaCopyEngine:
                 raise
             self._fall_back(exc)
             self._issue(src, dst, nbytes, iterations, stream)
+        self._step("sync")
         torch.cuda.synchronize(src)
         torch.cuda.synchronize(dst)
 

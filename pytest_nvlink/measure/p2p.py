@@ -1,9 +1,10 @@
-"""GPU-to-GPU copy bandwidth and latency, pair by pair, bounded by a watchdog.
+"""GPU-to-GPU copy bandwidth and latency, pair by pair, each pair bounded by its own deadline.
 
 The timing, scheduling and counter logic talks to a :class:`CopyEngine`; :class:`TorchCopyEngine`
 is the thin CUDA implementation (torch is imported only when it is built, in the child process).
-:func:`run_p2p` runs a whole campaign in one spawned child and kills it when the suite's timeout
-passes, so a hung CUDA call turns into error entries instead of a hung pytest.
+:func:`run_p2p` runs the campaign in a spawned child that reports each pair's steps; the parent
+(``p2p_watch``) kills the child when a pair outlives its deadline, fails that pair alone and goes
+on with the next one in a fresh child, so a hung CUDA call costs one pair, not the campaign.
 
 GPU numbers here are **CUDA indices** (what torch calls ``cuda:N``), not NVML indices.
 A bidirectional figure counts both directions (2 x bytes / the union of both directions' windows,
@@ -12,7 +13,8 @@ p2pBandwidthLatencyTest's definition) and is stored once per unordered pair, wit
 
 The path proof does not reuse the timed window (a few ms, too short to trust NVML's counter
 refresh): after the timing, a proof copy of at least ``proof_seconds`` runs between two counter
-reads, and the read after it is repeated until two reads agree (the counters have caught up).
+reads, and each read is repeated until every counter's NVML timestamp is newer than the end of the
+copies before it and two such reads agree (the counters have caught up).
 The proof copy is not timed, so it runs unblocked, in chunks of at most ``PROOF_CHUNK`` copies
 with a sync between them: queued behind one blocker, a second of copies (~1,400 on H100) would
 fill CUDA's launch queue and block the host, which no reference does (nvbandwidth loops 16 times).
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,7 +35,15 @@ from typing import Any, Protocol
 from pytest_nvlink.config.suites import Measure
 from pytest_nvlink.measure import _proc
 from pytest_nvlink.measure.cuda_engine import LATENCY_BYTES, CudaCopyEngine
-from pytest_nvlink.measure.p2p_counters import CounterReader, CounterReaderFactory, counter_deltas, settled_counters
+from pytest_nvlink.measure.p2p_counters import (
+    CounterReader,
+    CounterReaderFactory,
+    counter_deltas,
+    settled_counters,
+    unstamped_note,
+    wall_clock_us,
+)
+from pytest_nvlink.measure.p2p_watch import Supervisor, WatchLimits, pair_keys
 from pytest_nvlink.model import P2PMeasurement
 
 GB = 1e9
@@ -73,7 +82,12 @@ class P2PPlan:
     latency_bytes: int = LATENCY_BYTES
     proof_seconds: float = 1.0  # traffic behind the path proof; NVML counters refresh on their own clock
     settle_interval_s: float = 0.05  # between counter re-reads after the proof copy
-    settle_max_s: float = 1.0  # give up waiting for two agreeing reads after this long
+    settle_max_s: float = 1.0  # give up waiting for a fresh read and two agreeing reads after this long
+    # A pair's deadline: this floor (CUDA peer setup, blocker calibration and retries, counter reads)
+    # plus its planned bytes at ``pair_min_gbps``, far below any real link: a pair slower than that is hung.
+    pair_floor_s: float = 60.0
+    pair_min_gbps: float = 1.0
+    max_restarts: int = 8  # fresh workers after hung pairs; past it the remaining pairs are not measured
 
     @classmethod
     def from_measure(cls, gpus: Sequence[int], measure: Measure) -> P2PPlan:
@@ -84,10 +98,18 @@ class P2PPlan:
             warmup=measure.p2p_warmup,
             latency_iterations=measure.latency_iterations,
             concurrent=measure.pair_mode == "concurrent",
+            pair_floor_s=float(measure.p2p_pair_floor_s),
         )
 
     def ordered_pair_count(self) -> int:
         return len(self.gpus) * (len(self.gpus) - 1)
+
+    def pair_limit_s(self) -> float:
+        """How long one pair may take: both directions, latency, bidirectional, proofs and counter reads."""
+        copies = self.iterations + self.warmup
+        planned = 4 * self.nbytes * copies + 2 * self.latency_bytes * (self.latency_iterations + self.warmup)
+        proofs = 2 * (self.proof_seconds + 2 * (self.settle_max_s + self.settle_interval_s))
+        return self.pair_floor_s + planned / (self.pair_min_gbps * GB) + proofs
 
 
 # --- scheduling ------------------------------------------------------------------------------
@@ -121,12 +143,44 @@ def schedule(plan: P2PPlan) -> list[list[tuple[int, int]]]:
 
 def expected_keys(plan: P2PPlan) -> list[tuple[int, int, str]]:
     """(src, dst, kind) of every measurement the campaign should produce, in schedule order."""
-    keys = []
-    for rnd in schedule(plan):
-        for a, b in rnd:
-            keys += [(a, b, "unidirectional"), (a, b, "latency"), (b, a, "unidirectional")]
-            keys += [(b, a, "latency"), (a, b, "bidirectional")]
-    return keys
+    return [key for rnd in schedule(plan) for a, b in rnd for key in pair_keys(a, b)]
+
+
+# --- steps: which pair and step each campaign thread is in, told to the parent ----------------
+
+
+class _Steps:
+    """The pair and step of each campaign thread, sent to the parent that bounds every pair."""
+
+    def __init__(self, send: Callable[..., None] | None = None) -> None:
+        self._send = send
+        self._local = threading.local()
+
+    def _tell(self, *message: Any) -> None:
+        if self._send is not None:
+            self._send(*message)
+
+    def pair(self, a: int, b: int) -> None:
+        self._local.pair = (a, b)
+        self._tell("pair", a, b)
+
+    def phase(self, what: str) -> None:
+        self._local.phase = what
+        pair = getattr(self._local, "pair", None)  # None: a pair measured on its own, outside a campaign
+        if pair is not None:
+            self._tell("step", *pair, what)
+
+    def engine(self, step: str) -> None:
+        """The engine's own step inside the current phase ("enqueue", "sync")."""
+        pair = getattr(self._local, "pair", None)
+        if pair is not None:
+            self._tell("step", *pair, f"{getattr(self._local, 'phase', 'copy')}: {step}")
+
+    def pair_done(self, a: int, b: int) -> None:
+        self._tell("pair_done", a, b)
+
+    def round(self, index: int) -> None:
+        self._tell("round", index)
 
 
 # --- one pair --------------------------------------------------------------------------------
@@ -137,6 +191,7 @@ class _Pair:
     plan: P2PPlan
     engine: CopyEngine
     reader: CounterReader | None
+    steps: _Steps = field(default_factory=_Steps)
 
     def _base(self, src: int, dst: int, kind: str, unit: str) -> P2PMeasurement:
         return P2PMeasurement(src, dst, kind, None, unit, source=self.engine.name)
@@ -150,6 +205,7 @@ class _Pair:
     def unidirectional(self, src: int, dst: int) -> P2PMeasurement:
         plan, result = self.plan, self._base(src, dst, "unidirectional", "GB/s")
         result.can_access_peer = self.peer(src, dst)
+        self.steps.phase(f"gpu{src}->gpu{dst} unidirectional copy")
         try:
             self.engine.copy(src, dst, plan.nbytes, plan.warmup)
             seconds = self.engine.copy(src, dst, plan.nbytes, plan.iterations)
@@ -171,19 +227,27 @@ class _Pair:
         nbytes = plan.nbytes * sum(chunks)
         copy = getattr(self.engine, "copy_unblocked", None) or self.engine.copy
         try:
-            before = settled_counters(self.reader, (src, dst), _tolerance(nbytes), plan)
+            # The timed copies have synced: a read dated before now could still miss their bytes.
+            self.steps.phase(f"gpu{src}->gpu{dst} counter read")
+            before = settled_counters(self.reader, (src, dst), _tolerance(nbytes), plan, since_us=wall_clock_us())
+            self.steps.phase(f"gpu{src}->gpu{dst} proof copy")
             for chunk in chunks:
                 copy(src, dst, plan.nbytes, chunk)
-            after = settled_counters(self.reader, (src, dst), _tolerance(nbytes), plan)
+            ended = wall_clock_us()  # every chunk has synced
+            self.steps.phase(f"gpu{src}->gpu{dst} counter read")
+            after = settled_counters(self.reader, (src, dst), _tolerance(nbytes), plan, since_us=ended)
         except Exception as exc:
             result.counters_note = f"proof copy failed: {type(exc).__name__}: {exc}"
             return
         result.bytes_copied = nbytes
-        result.nvlink_bytes, result.pcie_bytes, result.counters_note = counter_deltas(before, after)
+        result.nvlink_bytes, result.pcie_bytes, note = counter_deltas(before, after)
+        notes = [note, unstamped_note(before, plan) or unstamped_note(after, plan)]
+        result.counters_note = "; ".join(text for text in notes if text) or None
 
     def bidirectional(self, a: int, b: int) -> P2PMeasurement:
         plan, result = self.plan, self._base(a, b, "bidirectional", "GB/s")
         result.can_access_peer = self.peer(a, b)
+        self.steps.phase(f"gpu{a}<->gpu{b} bidirectional copy")
         try:
             self.engine.copy_bidirectional(a, b, plan.nbytes, plan.warmup)
             seconds = self.engine.copy_bidirectional(a, b, plan.nbytes, plan.iterations)
@@ -199,6 +263,7 @@ class _Pair:
     def latency(self, src: int, dst: int) -> P2PMeasurement:
         plan, result = self.plan, self._base(src, dst, "latency", "us")
         result.can_access_peer = self.peer(src, dst)
+        self.steps.phase(f"gpu{src}->gpu{dst} latency copy")
         try:
             self.engine.copy(src, dst, plan.latency_bytes, min(plan.warmup, plan.latency_iterations))
             seconds = self.engine.copy(src, dst, plan.latency_bytes, plan.latency_iterations)
@@ -254,6 +319,7 @@ class _Reporter:
 
 
 def _measure_pair(pair: _Pair, reporter: _Reporter, a: int, b: int) -> list[P2PMeasurement]:
+    pair.steps.pair(a, b)
     results = []
     for src, dst in ((a, b), (b, a)):
         uni = pair.unidirectional(src, dst)
@@ -264,6 +330,7 @@ def _measure_pair(pair: _Pair, reporter: _Reporter, a: int, b: int) -> list[P2PM
         results += [uni, lat]
     bidi = pair.bidirectional(a, b)
     reporter.result(bidi)
+    pair.steps.pair_done(a, b)
     return [*results, bidi]
 
 
@@ -273,15 +340,26 @@ def run_campaign(
     reader: CounterReader | None = None,
     progress: Progress | None = None,
     emit: Callable[[P2PMeasurement], None] | None = None,
+    *,
+    first_round: int = 0,
+    send: Callable[..., None] | None = None,
 ) -> list[P2PMeasurement]:
-    """Measure every pair in this process; concurrent rounds run their pairs in threads.
+    """Measure every pair in this process, from ``first_round`` on; concurrent rounds run their pairs in threads.
 
-    ``emit`` receives each measurement as soon as it exists (the child streams them this way).
+    ``emit`` receives each measurement as soon as it exists (the child streams them this way);
+    ``send`` is told each round, pair and step (the parent bounds every pair by them).
     """
-    pair = _Pair(plan, engine, reader)
+    steps = _Steps(send)
+    if hasattr(engine, "step"):  # an engine that says when it enqueues and when it waits
+        setattr(engine, "step", steps.engine)  # noqa: B010 - optional, not part of CopyEngine
+    pair = _Pair(plan, engine, reader, steps)
+    rounds = schedule(plan)
     reporter = _Reporter(plan.ordered_pair_count(), progress, emit)
+    reporter.done = sum(2 * len(rnd) for rnd in rounds[:first_round])  # "pair k/N" counts on after a restart
     results: list[P2PMeasurement] = []
-    for rnd in schedule(plan):
+    for index in range(first_round, len(rounds)):
+        rnd = rounds[index]
+        steps.round(index)
         if len(rnd) == 1:
             results += _measure_pair(pair, reporter, *rnd[0])
             continue
@@ -292,7 +370,7 @@ def run_campaign(
     return results
 
 
-# --- the watchdog: one child process per campaign ---------------------------------------------
+# --- the child process; ``p2p_watch`` bounds each pair from the parent ---------------------------
 
 
 def p2p_child(
@@ -300,6 +378,7 @@ def p2p_child(
     plan: P2PPlan,
     engine_factory: EngineFactory,
     counter_factory: CounterReaderFactory | None,
+    first_round: int = 0,
 ) -> None:
     """Child entry point: build the engine and reader here, stream results back as plain dicts."""
     lock = threading.Lock()
@@ -311,7 +390,15 @@ def p2p_child(
     try:
         engine = engine_factory()
         reader = counter_factory() if counter_factory is not None else None
-        run_campaign(plan, engine, reader, lambda line: send("progress", line), lambda m: send("result", asdict(m)))
+        run_campaign(
+            plan,
+            engine,
+            reader,
+            lambda line: send("progress", line),
+            lambda m: send("result", asdict(m)),
+            first_round=first_round,
+            send=send,
+        )
     except BaseException as exc:
         send("fatal", f"{type(exc).__name__}: {exc}", traceback.format_exc())
         raise
@@ -327,53 +414,17 @@ def run_p2p(
     counter_factory: CounterReaderFactory | None = None,
     progress: Progress | None = None,
 ) -> list[P2PMeasurement]:
-    """Run the campaign in a spawned child; past ``timeout_s`` kill it and mark what is missing."""
-    process, conn = _proc.start_child(p2p_child, (plan, engine_factory, counter_factory), name="pytest-nvlink-p2p")
-    results: dict[tuple[int, int, str], P2PMeasurement] = {}
-    problem: str | None = "interrupted"
-    try:
-        problem = _pump(conn, process, time.monotonic() + timeout_s, results, progress)
-        if problem is None:
-            process.join(10.0)  # let CUDA tear down before anything is killed
-    finally:
-        _proc.stop_all([process])
-        conn.close()
-    if problem == "timeout":
-        problem = f"timed out after {timeout_s:g} s"
-    elif problem == "died":
-        problem = f"p2p worker died with {_proc.describe_exit(process.exitcode)}"
-    return _complete(plan, results, problem or "not measured")
+    """Run the campaign in spawned children, each pair bounded by ``plan.pair_limit_s()`` and the whole
+    by ``timeout_s``; a hung pair fails alone and a fresh child goes on with the next round."""
 
+    def start(first_round: int) -> tuple[SpawnProcess, Connection]:
+        args = (plan, engine_factory, counter_factory, first_round)
+        return _proc.start_child(p2p_child, args, name="pytest-nvlink-p2p")
 
-def _pump(
-    conn: Connection,
-    process: SpawnProcess,
-    deadline: float,
-    results: dict[tuple[int, int, str], P2PMeasurement],
-    progress: Progress | None,
-) -> str | None:
-    """Read the child's messages until it is done (None), or "timeout", "died", or a fatal text."""
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return "timeout"
-        if not conn.poll(min(remaining, 0.2)):
-            if not process.is_alive() and not conn.poll(0):
-                return "died"
-            continue
-        message = _proc.receive(conn)
-        if message is None:
-            return "died"
-        kind = message[0]
-        if kind == "done":
-            return None
-        if kind == "fatal":
-            return f"p2p worker failed: {message[1]}"
-        if kind == "progress" and progress is not None:
-            progress(message[1])
-        elif kind == "result":
-            measurement = P2PMeasurement(**message[1])
-            results[(measurement.src, measurement.dst, measurement.kind)] = measurement
+    limits = WatchLimits(plan.pair_limit_s(), plan.max_restarts, timeout_s)
+    supervisor = Supervisor(start, schedule(plan), limits, progress)
+    problem = supervisor.run()
+    return _complete(plan, supervisor.results, problem or "not measured")
 
 
 def _complete(plan: P2PPlan, results: dict[tuple[int, int, str], P2PMeasurement], problem: str) -> list[P2PMeasurement]:

@@ -86,33 +86,79 @@ def _nvlink_total(samples: Sequence[TrafficSample]) -> int | None:
     return None if any(value is None for value in values) else sum(v for v in values if v is not None)
 
 
+def wall_clock_us() -> int:
+    """Now on the clock NVML stamps field values with (microseconds since 1970)."""
+    return time.time_ns() // 1000
+
+
+def _stamps(sample: TrafficSample) -> tuple[tuple[str, int], ...]:
+    # Only readers over nvmlDeviceGetFieldValues know when a value was refreshed; others carry none.
+    stamps: tuple[tuple[str, int], ...] = getattr(sample, "stamps", ())
+    return stamps
+
+
+def _stale(samples: Sequence[TrafficSample], gpus: Sequence[int], since_us: int | None) -> str | None:
+    """The first counter whose last refresh is not newer than ``since_us``, described; None if all are."""
+    if since_us is None:
+        return None
+    for gpu, sample in zip(gpus, samples, strict=True):
+        for label, stamp in _stamps(sample):
+            if stamp <= since_us:
+                return f"{label} (CUDA device {gpu}) still dated {(since_us - stamp) / 1e6:.3f} s before they ended"
+    return None
+
+
+def _agree(old: Sequence[TrafficSample], new: Sequence[TrafficSample], tolerance_bytes: int) -> bool:
+    before, after = _nvlink_total(old), _nvlink_total(new)
+    return before is not None and after is not None and abs(after - before) <= tolerance_bytes
+
+
 def settled_counters(
     reader: CounterReader | None,
     gpus: Sequence[int],
     tolerance_bytes: int,
     plan: SettleTiming,
+    *,
+    since_us: int | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[TrafficSample] | str:
-    """Read until two consecutive reads' NVLink totals differ by at most ``tolerance_bytes``.
+    """Read until every counter was refreshed after ``since_us`` and two such reads agree.
 
-    A counter that lags (NVML refreshes on its own schedule) reads short right after the copy; one
-    that never settles (other traffic on the links) makes the proof unknown rather than a guess.
+    ``since_us`` is the end of the copies (the host clock taken after their sync, on NVML's clock:
+    microseconds since 1970). NVML refreshes counters on its own schedule and stamps each value with
+    the refresh: a read dated before the copies ended misses their bytes, however often it repeats.
+    Two consecutive fresh reads must then agree within ``tolerance_bytes`` (the counter has caught
+    up). A sample without timestamps can only be judged by agreement. Bounded by ``settle_max_s``: a
+    counter that never refreshes, or never settles (other traffic on the links), makes the proof
+    unknown rather than a guess.
     """
-    previous = _read_counters(reader, gpus)
-    if isinstance(previous, str) or _nvlink_total(previous) is None:
-        return previous
+    previous: Sequence[TrafficSample] | None = None
     waited = 0.0
-    while waited < plan.settle_max_s:
+    while True:
+        current = _read_counters(reader, gpus)
+        if isinstance(current, str) or _nvlink_total(current) is None:
+            return current
+        stale = _stale(current, gpus, since_us)
+        if stale is None and previous is not None and _agree(previous, current, tolerance_bytes):
+            return current
+        if waited >= plan.settle_max_s:
+            break
+        previous = current if stale is None else None
         sleep(plan.settle_interval_s)
         waited += plan.settle_interval_s
-        current = _read_counters(reader, gpus)
-        if isinstance(current, str):
-            return current
-        old, new = _nvlink_total(previous), _nvlink_total(current)
-        if old is not None and new is not None and abs(new - old) <= tolerance_bytes:
-            return current
-        previous = current
+    if stale is not None:
+        return f"NVML counter not refreshed {plan.settle_max_s:g} s after the copies ended: {stale}"
     return f"NVLink counters still moving {plan.settle_max_s:g} s after the proof copy (other traffic on the links?)"
+
+
+def unstamped_note(samples: Sequence[TrafficSample] | str, plan: SettleTiming) -> str | None:
+    """Why a proof's counters could only be settled by agreement (their reader gives no timestamps)."""
+    if isinstance(samples, str) or all(_stamps(sample) for sample in samples):
+        return None
+    return (
+        f"counters read without timestamps: settled on two reads {plan.settle_interval_s:g} s apart agreeing, "
+        "which a slower counter refresh would undercount"
+    )
 
 
 def counter_deltas(

@@ -8,6 +8,7 @@ set when the figure could not be measured. GPU numbers are CUDA indices.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -59,14 +60,18 @@ class NvmlCounterFactory:
         try:
             nvml = nvml_fields.import_pynvml()
             nvml.nvmlInit()
-            handles = {cuda: nvml_counters.handle_for(nvml, name) for cuda, name in self._names()}
+            names = dict(self._names())
+            handles = {cuda: nvml_counters.handle_for(nvml, name) for cuda, name in names.items()}
         except Exception as exc:
             return NoTraffic.reader(f"NVML traffic counters unavailable: {type(exc).__name__}: {exc}")
 
         def read(gpu: int) -> TrafficSample:
             if gpu not in handles:
                 return NoTraffic(f"no NVML handle for CUDA device {gpu}")
-            return nvml_counters.read_traffic(nvml, handles[gpu])
+            traffic = nvml_counters.read_traffic(nvml, handles[gpu])
+            # A stale counter is named by the GPU NVML knows it as, not only by its CUDA index.
+            stamps = tuple((f"{label} of GPU {names[gpu]}", stamp) for label, stamp in traffic.stamps)
+            return dataclasses.replace(traffic, stamps=stamps)
 
         return read
 

@@ -51,6 +51,9 @@ class Traffic:
     pcie_tx_bytes: int | None = None
     pcie_rx_bytes: int | None = None
     note: str | None = None
+    # (which counter, when NVML last refreshed it: microseconds since 1970) for every value read; the
+    # path proof waits until each one is newer than the end of its copies (a stale read undercounts).
+    stamps: tuple[tuple[str, int], ...] = ()
 
     def value(self, name: str) -> int | None:
         result: int | None = getattr(self, name)
@@ -67,20 +70,34 @@ def read_traffic(nvml: types.ModuleType, handle: Any) -> Traffic:
         return Traffic(note=f"NVML counters unreadable: {exc}")
     values: dict[str, int | None] = {}
     notes: list[str] = []
+    stamps: list[tuple[str, int]] = []
     for (name, request, unit), answer in zip(_COUNTERS, readings, strict=True):
-        reading = answer
+        parts = [answer]
         if not answer.ok and request[1] == SCOPE_ALL_LINKS and answer.nvml_return != NVML_ERROR_NO_PERMISSION:
-            reading = _per_link_sum(nvml, handle, request[0]) or answer
-        if reading.ok and isinstance(reading.value, int):
-            values[name] = reading.value * unit
+            parts = _per_link(nvml, handle, request[0]) or parts
+        if all(part.ok and isinstance(part.value, int) for part in parts):
+            values[name] = sum(int(part.value or 0) for part in parts) * unit
+            stamps += [(_label(name, part), part.timestamp_us) for part in parts if part.timestamp_us is not None]
         else:
             values[name] = None
-            notes.append(_why(nvml, name, reading))
-    return Traffic(**values, note=_join(notes))
+            notes.append(_why(nvml, name, parts[0]))
+    return _traffic(values, _join(notes), tuple(stamps))
 
 
-def _per_link_sum(nvml: types.ModuleType, handle: Any, field_id: int) -> FieldReading | None:
-    """Links 0..N-1 summed, for drivers that refuse the all-links scope (scopeId = UINT_MAX).
+def _traffic(values: dict[str, int | None], note: str | None, stamps: tuple[tuple[str, int], ...] = ()) -> Traffic:
+    nvlink_tx, nvlink_rx, pcie_tx, pcie_rx = (values[name] for name in _NAMES)
+    return Traffic(nvlink_tx, nvlink_rx, pcie_tx, pcie_rx, note=note, stamps=stamps)
+
+
+def _label(name: str, reading: FieldReading) -> str:
+    if not name.startswith("nvlink"):
+        return f"{name} (NVML field {reading.field_id})"
+    scope = "all links" if reading.scope_id == SCOPE_ALL_LINKS else f"link {reading.scope_id}"
+    return f"{name} (NVML field {reading.field_id}, {scope})"
+
+
+def _per_link(nvml: types.ModuleType, handle: Any, field_id: int) -> list[FieldReading] | None:
+    """Links 0..N-1, to be summed, for drivers that refuse the all-links scope (scopeId = UINT_MAX).
 
     N is NVML's own link count (FI_NVLINK_LINK_COUNT); None when that or any link cannot be read.
     """
@@ -93,7 +110,7 @@ def _per_link_sum(nvml: types.ModuleType, handle: Any, field_id: int) -> FieldRe
         return None
     if not all(link.ok and isinstance(link.value, int) for link in links):
         return None
-    return FieldReading(field_id, SCOPE_ALL_LINKS, 0, sum(int(link.value or 0) for link in links))
+    return links
 
 
 def _why(nvml: types.ModuleType, name: str, reading: FieldReading) -> str:
@@ -120,7 +137,7 @@ def traffic_delta(before: Traffic, after: Traffic) -> Traffic:
             notes.append(f"{name}: counter went backwards (wrapped or reset)")
         else:
             values[name] = end - start
-    return Traffic(**values, note=_join(notes))
+    return _traffic(values, _join(notes))
 
 
 def handle_for(nvml: types.ModuleType, gpu: str) -> Any:

@@ -157,12 +157,17 @@ NVLINK_BW_MODES: dict[int, str] = {0: "full", 1: "off", 2: "min", 3: "half", 4: 
 
 @dataclass(frozen=True)
 class FieldReading:
-    """One entry of a field-value answer; ``value`` is None unless ``nvml_return`` is success."""
+    """One entry of a field-value answer; ``value`` is None unless ``nvml_return`` is success.
+
+    ``timestamp_us`` is the entry's ``timestamp`` (nvml.h: "CPU Timestamp of this value in microseconds
+    since 1970"): when the driver last refreshed the value, which can lag the read. None when it is unset.
+    """
 
     field_id: int
     scope_id: int
     nvml_return: int
     value: int | float | None
+    timestamp_us: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -191,7 +196,8 @@ def read_fields(nvml: types.ModuleType, handle: object, requests: Sequence[tuple
     for (field_id, scope_id), entry in zip(requests, answer, strict=True):
         code = int(entry.nvmlReturn)
         value = decode_field_value(entry) if code == NVML_SUCCESS else None
-        readings.append(FieldReading(field_id, scope_id, code, value))
+        stamp = int(getattr(entry, "timestamp", 0) or 0)
+        readings.append(FieldReading(field_id, scope_id, code, value, stamp if stamp > 0 else None))
     return readings
 
 
