@@ -19,8 +19,8 @@ from pathlib import Path
 
 from pytest_nvlink.core.values import evidence_value_error
 from pytest_nvlink.model import GpuList, Measurements, Node, P2PMeasurement
-from pytest_nvlink.model.host_link import HostLinkMeasurement
 from pytest_nvlink.model.document import snapshot_document
+from pytest_nvlink.model.host_link import HostLinkMeasurement
 from pytest_nvlink.model.trays import Tray, TrayProbe, merge_trays, read_trays
 from pytest_nvlink.sources.evidence.families import FAMILIES
 from pytest_nvlink.sources.evidence.merge import EvidenceConflict, EvidenceError, Merger
