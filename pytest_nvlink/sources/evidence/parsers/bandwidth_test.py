@@ -47,7 +47,8 @@ _CSV = re.compile(
     r"\s*Time\s*=\s*\S+\s*s\s*,\s*Size\s*=\s*(\d+)\s*bytes\s*,\s*NumDevsUsed\s*=\s*(\d+)"
 )
 # Lines that state nothing about a figure: the banner's second line, the closing NOTE, shmoo's progress dots.
-_IRRELEVANT = re.compile(r"Running on\.*|NOTE:.*|\.+|Shmoo Mode.*|CUDA Bandwidth Test.*")
+# A comment line of a saved log ("# ...") and the tool's command line ("$ ./bandwidthTest --device=0") too.
+_IRRELEVANT = re.compile(r"Running on\.*|NOTE:.*|\.+|#.*|(?:\S*[$%>]\s+)?(?:sudo\s+)?\S*bandwidthTest\b.*")
 _KINDS = {"Host to Device": "h2d", "Device to Host": "d2h", "Device to Device": "d2d", "H2D": "h2d", "D2H": "d2h"}
 _KINDS["D2D"] = "d2d"
 # One MB/s of the older versions' formula, in GB/s (1e9 bytes/s).
@@ -210,14 +211,14 @@ def measurements(
             found += [figure] if figure is not None else []
             notes += [note] if note else []
         if run.result == "PASS":
-            notes.append(f"line {first_line - 1 + run.line_no}: 'Result = PASS' only says the copied data was right")
+            notes.append("'Result = PASS' only says the copied data was right, not that a figure is fast enough")
     return found, notes
 
 
 def _measurement(run: Run, block: Block, file: str, offset: int) -> tuple[HostLinkMeasurement | None, str]:
     where = f"line {offset + block.line_no}: the {_label(block)} block"
     if block.kind == "d2d":
-        return None, f"{where}: a copy within one GPU's memory, not over its host link; not read"
+        return None, "Device to Device blocks copy within one GPU's memory, not over its host link; not read"
     if not block.rows:
         return None, ""  # the parser's note already says so
     if block.devices > 1:
