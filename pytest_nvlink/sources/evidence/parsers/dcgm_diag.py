@@ -80,11 +80,27 @@ def parse(text: str) -> DcgmDiagResult:
         return _parse_json(text)
     table = _read_table(text)
     figures: list[Figure] = []
+    unread: list[tuple[int, str]] = []
     for message in table.messages:
         figures += _figures(message.text, _gpu_of(message.heading), message.line_no)
+        unread += _unread(message.text, _gpu_of(message.heading), message.line_no)
     if not figures and not table.results:
         raise ParseError("expected dcgmi diag output with a PCIe test row; none found")
-    return DcgmDiagResult(tuple(figures), tuple(table.results), _bidirectional_notes(figures))
+    return DcgmDiagResult(tuple(figures), tuple(table.results), (*_bidirectional_notes(figures), *unread))
+
+
+# Where a statement of a figure begins: every one must be read, or said to be unreadable.
+_ANCHORS = ((_INFO, re.compile(r"bandwidth\s*:", re.IGNORECASE)), (_WARNING, re.compile(r"Bandwidth\s*of\s*GPU", re.I)))
+
+
+def _unread(text: str, entity: int | None, line_no: int) -> list[tuple[int, str]]:
+    """A note for a message that states more bandwidth figures than could be read (damaged, or no GPU named)."""
+    read = len(_figures(text, entity, line_no))
+    stated = sum(len(anchor.findall(text)) for _, anchor in _ANCHORS)
+    if stated <= read:
+        return []
+    shown = text if len(text) <= 160 else text[:160] + "..."
+    return [(line_no, f"{stated - read} PCIe bandwidth statement(s) that cannot be read as a GPU's figure: {shown!r}")]
 
 
 def _bidirectional_notes(figures: list[Figure]) -> tuple[tuple[int, str], ...]:
@@ -170,12 +186,14 @@ def _parse_json(text: str) -> DcgmDiagResult:
     except ValueError as exc:
         raise ParseError(f"dcgmi diag JSON that does not parse: {exc}") from None
     figures: list[Figure] = []
+    unread: list[tuple[int, str]] = []
     for strings, entity in _pcie_strings(document, False, None):
         for string in strings:
             figures += _figures(string, entity, 0)
+            unread += _unread(string, entity, 0)
     if not figures:
         raise ParseError("expected a pcie test with bandwidth info messages in dcgmi diag JSON; none found")
-    return DcgmDiagResult(tuple(figures), (), _bidirectional_notes(figures))
+    return DcgmDiagResult(tuple(figures), (), (*_bidirectional_notes(figures), *unread))
 
 
 def _pcie_strings(node: object, inside: bool, entity: int | None) -> list[tuple[list[str], int | None]]:
