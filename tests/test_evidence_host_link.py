@@ -12,7 +12,7 @@ from conftest import DATA, sample
 from pytest_nvlink.model import WRONG_DATA, Node
 from pytest_nvlink.model.host_link import HostLinkMeasurement, is_pinned
 from pytest_nvlink.sources.evidence.load import EvidenceError, load_evidence
-from pytest_nvlink.sources.evidence.parsers import bandwidth_test, dcgm_diag, detect, nvbandwidth
+from pytest_nvlink.sources.evidence.parsers import bandwidth_test, dcgm_diag, detect
 from pytest_nvlink.sources.evidence.parsers.common import ParseError
 
 HOST_ONLY = "nvbandwidth/constructed-h200-8gpu-host-device-only.txt"
@@ -93,7 +93,8 @@ def test_nvbandwidth_bidirectional_na_waived_and_all_gpus_at_once(tmp_path: Path
     assert na.value is None and na.error == "nvbandwidth printed N/A"
     assert (by_key[(0, "bidir_d2h", "sm")].value, by_key[(1, "bidir_d2h", "sm")].value) == (40.10, 39.90)
     waived = [by_key[(gpu, "d2h", "ce")] for gpu in (0, 1)]
-    assert all(m.value is None and m.error == "nvbandwidth device_to_host_memcpy_ce was waived: no figure" for m in waived)
+    waived_error = "nvbandwidth device_to_host_memcpy_ce was waived: no figure"
+    assert all(m.value is None and m.error == waived_error for m in waived)
     assert len(by_key) == 6  # host_to_all copies to every GPU at once: no single GPU's figure
     assert any(note.startswith("nvbandwidth host_to_all_memcpy_ce (") for note in notes(node))
 
@@ -266,9 +267,10 @@ def test_dcgmi_diag_squeezed_table_reads_the_same(tmp_path: Path) -> None:
     squeezed = []
     for line in sample(DCGM_8GPU).split("\n"):
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        row = line
         if line.startswith("|") and len(cells) == 2:
-            line = f"| {cells[1]} |" if not cells[0] else f"| {cells[0]} | {cells[1]} |"
-        squeezed.append(" ".join(line.split()))
+            row = f"| {cells[1]} |" if not cells[0] else f"| {cells[0]} | {cells[1]} |"
+        squeezed.append(" ".join(row.split()))
     assert figures(load_text(tmp_path, "\n".join(squeezed))) == figures(load_text(tmp_path, sample(DCGM_8GPU), "b.txt"))
 
 

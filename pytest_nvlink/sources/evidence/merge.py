@@ -15,7 +15,6 @@ from pytest_nvlink.model import (
     FabricInfo,
     Gpu,
     GpuList,
-    HostLinkMeasurement,
     NcclAudit,
     Node,
     NvLinkInfo,
@@ -25,6 +24,7 @@ from pytest_nvlink.model import (
     XidEvent,
     normalize_pci_bus_id,
 )
+from pytest_nvlink.model.host_link import HostLinkMeasurement
 from pytest_nvlink.model.merge import MergeConflict, merge_into
 
 # The per-GPU facts of nvidia-smi -q, carried onto the Gpu by name.

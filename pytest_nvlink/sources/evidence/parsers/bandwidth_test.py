@@ -16,8 +16,10 @@ where a link reaches its plateau and small ones measure latency; the size goes i
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from pytest_nvlink.model import WRONG_DATA
 from pytest_nvlink.model.host_link import PAGEABLE, PINNED, HostLinkMeasurement
@@ -97,9 +99,9 @@ class _Builder:
             self.runs.append(Run(line_no))
         return self.runs[-1]
 
-    def replace_run(self, **changes: object) -> None:
+    def replace_run(self, **changes: Any) -> None:
         run = self.runs[-1]
-        self.runs[-1] = Run(**{**run.__dict__, **changes})  # type: ignore[arg-type]
+        self.runs[-1] = dataclasses.replace(run, **changes)
 
     def close_block(self) -> None:
         if self.block is not None:
@@ -184,8 +186,8 @@ def _figure(token: str, unit: str, raw: str, line_no: int) -> float:
     return value * MBS_IN_GBS if unit == "MB/s" else value
 
 
-def _with(block: Block, **changes: object) -> Block:
-    return Block(**{**block.__dict__, **changes})  # type: ignore[arg-type]
+def _with(block: Block, **changes: Any) -> Block:
+    return dataclasses.replace(block, **changes)
 
 
 def _label(block: Block) -> str:

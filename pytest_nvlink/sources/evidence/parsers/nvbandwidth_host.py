@@ -10,13 +10,42 @@ reads the columns of its GPU pair matrices.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from pytest_nvlink.model import WRONG_DATA
 from pytest_nvlink.model.host_link import PINNED, HostLinkMeasurement
 
-if TYPE_CHECKING:
-    from pytest_nvlink.sources.evidence.parsers.nvbandwidth import NvbandwidthResult, Testcase
+
+class Testcase(Protocol):
+    """What is read of one parsed testcase (:class:`.nvbandwidth.Testcase`); this module imports no parser."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def title(self) -> str: ...
+    @property
+    def row_kind(self) -> str: ...
+    @property
+    def column_kind(self) -> str: ...
+    @property
+    def unit(self) -> str: ...
+    @property
+    def matrix(self) -> Mapping[tuple[int, int], float | None]: ...
+
+
+class NvbandwidthResult(Protocol):
+    """What is read of a parsed output (:class:`.nvbandwidth.NvbandwidthResult`)."""
+
+    @property
+    def testcases(self) -> Mapping[str, Testcase]: ...
+    @property
+    def devices(self) -> Mapping[int, str]: ...
+    @property
+    def waived(self) -> Sequence[str]: ...
+    @property
+    def aborted(self) -> Mapping[str, str]: ...
+
 
 __all__ = ["HOST_LINK_CASES", "host_link_measurements", "host_link_notes", "other_host_cases"]
 
