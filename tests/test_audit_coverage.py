@@ -78,8 +78,8 @@ def test_tally_of_skips_only_judged_nothing() -> None:
 
 def test_evidence_header_names_the_families_covered() -> None:
     line = evidence_header_line(load_evidence([TOPO]))
-    assert line.startswith("partial audit: evidence covers 2 of 10 check families (inventory, paths); ")
-    assert "no evidence for p2p, nvlinks, nvlink_errors, p2p_bandwidth, collectives, nccl_transport" in line
+    assert line.startswith("partial audit: evidence covers 2 of 11 check families (inventory, paths); ")
+    assert "no evidence for p2p, nvlinks, nvlink_errors, p2p_bandwidth, host_link, collectives, nccl_transport" in line
 
 
 # --- hole 13: an nvlink test that never judges --------------------------------------------------
@@ -128,7 +128,7 @@ def test_skip_mode_with_evidence_that_covers_no_selected_check_exits_non_zero(py
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
-            "nvlink partial audit: evidence covers 2 of 10 check families (inventory, paths); no evidence for *",
+            "nvlink partial audit: evidence covers 2 of 11 check families (inventory, paths); no evidence for *",
             "partial audit: 0 of 14 checks had evidence (14 without evidence)",
             "pytest-nvlink: no check was judged (partial audit: 0 of 14 checks had evidence (14 without evidence)): "
             "this run says nothing about the node, so it fails*",
@@ -146,7 +146,7 @@ def test_partial_evidence_run_passes_and_says_how_partial(pytester: pytest.Pytes
     # does not require (fabric.required).
     result.stdout.fnmatch_lines(
         [
-            "nvlink partial audit: evidence covers 2 of 10 check families*",
+            "nvlink partial audit: evidence covers 2 of 11 check families*",
             "partial audit: 29 of 372 checks had evidence (343 without evidence, 8 not applicable)",
         ]
     )

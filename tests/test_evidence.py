@@ -182,6 +182,9 @@ def test_every_family_covered_by_a_consistent_set(tmp_path: Path) -> None:
     smi = "GPU 00000000:07:00.0\n    Product Name : NVIDIA A100-SXM4-80GB\n    Minor Number : 0\n"
     write(root, "q.txt", smi + "    Fabric\n        State : Completed\n        Status : Success\n")
     write(root, "dmesg.txt", "[    6.012345] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.90.07\n[ 900.0] ok\n")
+    columns = " ".join(str(gpu) for gpu in range(8))
+    host_to_device = "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)"
+    write(root, "h2d.txt", f"Running host_to_device_memcpy_ce.\n{host_to_device}\n {columns}\n0 {' 24.5' * 8}\n")
     node = load_evidence([root])
     covered = dict(coverage(node))
     assert list(covered) == list(FAMILIES)

@@ -33,6 +33,8 @@ KNOWN_KINDS = {
     "snapshot_json",
     "nvidia_smi_q",
     "kernel_log",
+    "bandwidth_test",
+    "dcgm_diag",
 }
 
 
@@ -56,7 +58,9 @@ def test_detection_runs_from_the_most_specific_format() -> None:
         "snapshot_json",
         "smi_query",
         "nvbandwidth",
+        "dcgm_diag",
         "p2p_latency",
+        "bandwidth_test",
         "nccl_tests",
         "nvlink",
         "nccl_log",
@@ -73,8 +77,8 @@ def test_unknown_text_names_every_tool(tmp_path: Path) -> None:
     assert str(raised.value) == (
         f"{tmp_path / 'notes.md'}: cannot tell which tool produced this text; expected output of nvidia-smi "
         "topo -m/-p2p, nvidia-smi nvlink -s/-e/-c/-R, nvidia-smi -q, nccl-tests, p2pBandwidthLatencyTest, "
-        "nvbandwidth, an NCCL_DEBUG=INFO log, a pytest-nvlink snapshot or a kernel log (dmesg, journalctl -k, "
-        "kern.log) (leave other files out with "
+        "nvbandwidth, an NCCL_DEBUG=INFO log, a pytest-nvlink snapshot, a kernel log (dmesg, journalctl -k, "
+        "kern.log), cuda-samples bandwidthTest or dcgmi diag (leave other files out with "
         "--nvlink-evidence-exclude=GLOB)"
     )
 

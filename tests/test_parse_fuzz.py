@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 
 from pytest_nvlink.sources.evidence.load import EvidenceError, load_evidence
 from pytest_nvlink.sources.evidence.parsers import (
+    bandwidth_test,
+    dcgm_diag,
     detect,
     nccl_log,
     nccl_tests,
@@ -45,6 +47,8 @@ PARSERS: dict[str, Callable[[str], object]] = {
     "nccl_log_many": lambda text: nccl_log.parse_many(text.split("\n\n")),
     "parse_any": detect.parse_any,
     "smi_query": smi_query.parse,
+    "bandwidth_test": bandwidth_test.parse,
+    "dcgm_diag": dcgm_diag.parse,
     "split_parts": detect.split_parts,
 }
 # Characters real damage is made of, plus the tokens the parsers look for, so mangling hits their paths.

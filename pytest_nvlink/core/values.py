@@ -154,6 +154,7 @@ _FAMILY_OF_PATH: tuple[tuple[str, str], ...] = (
     (".errors", "nvlink_errors"),
     (".nvlinks", "nvlinks"),
     ("measurements.p2p", "p2p_bandwidth"),
+    ("measurements.host_link", "host_link"),
     ("measurements.collectives", "collectives"),
     ("measurements.nccl", "nccl_transport"),
     ("gpus", "inventory"),

@@ -3,6 +3,12 @@
 On x86 hosts the host link is PCIe; on Grace (GH200/GB200/GB300) it is NVLink-C2C. Either way a GPU
 whose host link is slow starves every job that feeds it, and no GPU-to-GPU check notices (a rented
 H100 VM measured 14.2 GB/s host->device on one GPU while the others gave ~57: NVIDIA/nvbandwidth#6).
+
+Which figures a floor judges: the floors are about pinned host memory on the copy engine. Every source
+states the memory in ``conditions["memory"]`` ("pinned" or "pageable"); a figure whose memory is not
+"pinned" (cuda-samples ``bandwidthTest --memory=pageable``, DCGM's unpinned subtest) is kept for the
+record and must never be judged against a pinned floor (:func:`is_pinned`). ``method`` says how the
+copy was made ("ce" or "sm"); an "sm" figure measures a kernel's loads and stores, not the copy engine.
 """
 
 from __future__ import annotations
@@ -12,6 +18,9 @@ from dataclasses import dataclass, field
 # The directions a host-link figure can have. "bidir_h2d"/"bidir_d2h": each direction's share while
 # both directions run at once (nvbandwidth's *_bidirectional_memcpy_* testcases).
 HOST_LINK_DIRECTIONS: tuple[str, ...] = ("h2d", "d2h", "bidir_h2d", "bidir_d2h")
+
+PINNED = "pinned"
+PAGEABLE = "pageable"
 
 
 @dataclass
@@ -46,3 +55,12 @@ class C2CInfo:
 
     link_count: int | None = None
     links: list[C2CLink] = field(default_factory=list)
+
+
+def is_pinned(measurement: HostLinkMeasurement) -> bool:
+    """Whether a figure was measured with pinned host memory: only such figures meet a host-link floor.
+
+    A figure whose conditions do not say "pinned" is not one (fail closed: an unknown buffer is no
+    evidence that the pinned path is fast).
+    """
+    return (measurement.conditions or {}).get("memory") == PINNED

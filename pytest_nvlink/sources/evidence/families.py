@@ -16,6 +16,7 @@ FAMILY_CHECKS: dict[str, str] = {
     "nvlinks": "test_nvlink_active_links, test_nvlink_version, test_nvlink_speed",
     "nvlink_errors": "test_nvlink_errors",
     "p2p_bandwidth": "test_p2p_unidirectional, test_p2p_bidirectional, test_p2p_latency, test_p2p_path_proof",
+    "host_link": "test_host_link",
     "collectives": "test_collective_busbw",
     "nccl_transport": "test_nccl_transport",
     "platform": "test_fabric, test_pcie_link",

@@ -24,6 +24,7 @@ from pytest_nvlink.model import (
     XidEvent,
     normalize_pci_bus_id,
 )
+from pytest_nvlink.model.host_link import HostLinkMeasurement
 from pytest_nvlink.model.merge import MergeConflict, merge_into
 
 # The per-GPU facts of nvidia-smi -q, carried onto the Gpu by name.
@@ -75,6 +76,7 @@ class Merger:
         self.paths: dict[tuple[int, int], _Fact] = {}
         self.p2p: dict[tuple[int, int, str], _Fact] = {}
         self.p2p_measurements: list[P2PMeasurement] = []
+        self.host_link: list[HostLinkMeasurement] = []
         self.collectives: list[CollectiveMeasurement] = []
         self.nccl: NcclAudit | None = None
         self.provenance: dict[str, list[str]] = {}
@@ -199,6 +201,12 @@ class Merger:
         if pci_bus_id is not None:
             self.gpu_fact(index, "pci_bus_id", normalize_pci_bus_id(pci_bus_id), file)
 
+    def add_host_link(self, measurements: list[HostLinkMeasurement], file: str) -> None:
+        """Host<->device figures of one GPU each; several files' figures for one GPU are all kept, as pairs' are."""
+        self.host_link.extend(measurements)
+        if measurements:
+            self.note("host_link", file)
+
     def add_failed_collective(self, op: str, world_size: int, error: str, file: str) -> None:
         """A collective run that produced no figure at all (hung, killed): evidence of failure, not absence."""
         self.collectives.append(
@@ -266,6 +274,7 @@ class Merger:
         node.paths = self._build_paths()
         node.p2p = self._build_p2p()
         node.measurements.p2p = list(self.p2p_measurements)
+        node.measurements.host_link = list(self.host_link)
         node.measurements.collectives = list(self.collectives)
         node.measurements.nccl = self.nccl
         if node.driver_version is None and "driver_version" in self.node_facts:
@@ -395,6 +404,7 @@ def _snapshot_families(node: Node) -> list[str]:
         "nvlinks": any(gpu.nvlinks is not None for gpu in node.gpus),
         "nvlink_errors": any(link.errors is not None for link in links),
         "p2p_bandwidth": bool(node.measurements.p2p),
+        "host_link": bool(node.measurements.host_link),
         "collectives": bool(node.measurements.collectives),
         "nccl_transport": node.measurements.nccl is not None,
     }

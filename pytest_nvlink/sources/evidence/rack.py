@@ -20,12 +20,14 @@ from pathlib import Path
 from pytest_nvlink.core.values import evidence_value_error
 from pytest_nvlink.model import GpuList, Measurements, Node, P2PMeasurement
 from pytest_nvlink.model.document import snapshot_document
+from pytest_nvlink.model.host_link import HostLinkMeasurement
 from pytest_nvlink.model.trays import Tray, TrayProbe, merge_trays, read_trays
 from pytest_nvlink.sources.evidence.families import FAMILIES
 from pytest_nvlink.sources.evidence.merge import EvidenceConflict, EvidenceError, Merger
 from pytest_nvlink.sources.evidence.parsers import nccl_log, nccl_tests, nvbandwidth
 from pytest_nvlink.sources.evidence.parsers.nccl_tests import NcclTestsResult
 from pytest_nvlink.sources.evidence.parsers.nvbandwidth import NvbandwidthResult
+from pytest_nvlink.sources.evidence.parsers.nvbandwidth_host import host_link_measurements
 from pytest_nvlink.sources.evidence.parts import absorb, detect_all, merge_later, parse_loaded
 from pytest_nvlink.sources.evidence.read import Loaded, Pending
 
@@ -212,7 +214,8 @@ def _measurements(rack: _Rack, trays: Sequence[Tray]) -> Measurements:
     if rack.nccl_logs:
         nccl_log.merge_logs(merger, rack.nccl_logs, one_host=False)
     p2p = [*merger.p2p_measurements, *_tray_pairs(trays)]
-    return Measurements(p2p=p2p, collectives=list(merger.collectives), nccl=merger.nccl)
+    host_link = [*merger.host_link, *_tray_host_links(trays)]
+    return Measurements(p2p=p2p, collectives=list(merger.collectives), nccl=merger.nccl, host_link=host_link)
 
 
 def _renumbered(result: NvbandwidthResult, gpu_of: dict[tuple[str, int], int], loaded: Loaded) -> NvbandwidthResult:
@@ -228,10 +231,16 @@ def _renumbered(result: NvbandwidthResult, gpu_of: dict[tuple[str, int], int], l
         global_of[process.process] = gpu
     cases = {}
     for name, case in result.testcases.items():
-        missing = sorted({i for cell in case.matrix for i in cell} - set(global_of))
+        # A host<->device testcase's CPU row (or column) is the host, not a process: only its GPU side is renumbered.
+        row_gpu, column_gpu = case.row_kind == "GPU", case.column_kind == "GPU"
+        used = {row for row, _ in case.matrix if row_gpu} | {column for _, column in case.matrix if column_gpu}
+        missing = sorted(used - set(global_of))
         if missing:
             raise EvidenceError(f"{loaded.name}: testcase {name} has rows/columns {missing} with no 'Process' line")
-        matrix = {(global_of[row], global_of[col]): value for (row, col), value in case.matrix.items()}
+        matrix = {
+            (global_of[row] if row_gpu else row, global_of[col] if column_gpu else col): value
+            for (row, col), value in case.matrix.items()
+        }
         cases[name] = dataclasses.replace(case, matrix=matrix, parts={})
     return dataclasses.replace(result, testcases=cases, devices={}, device_bus_ids={})
 
@@ -254,6 +263,16 @@ def _tray_pairs(trays: Sequence[Tray]) -> list[P2PMeasurement]:
     ]
 
 
+def _tray_host_links(trays: Sequence[Tray]) -> list[HostLinkMeasurement]:
+    """A tray's own host-link figures (nvbandwidth or bandwidthTest run on that host), in rack numbers."""
+    return [
+        dataclasses.replace(m, gpu=m.gpu + tray.offset)
+        for tray in trays
+        if tray.node is not None
+        for m in tray.node.measurements.host_link
+    ]
+
+
 def _provenance(node: Node, trays: Sequence[Tray], rack: _Rack) -> None:
     """Files per evidence family over all trays and the rack's runs, for the coverage table."""
     files: dict[str, list[str]] = {}
@@ -265,6 +284,7 @@ def _provenance(node: Node, trays: Sequence[Tray], rack: _Rack) -> None:
         "collectives": [loaded.name for _, loaded in rack.nccl_tests],
         "nccl_transport": [loaded.name for loaded in rack.nccl_logs],
         "inventory": [loaded.name for _, loaded in rack.nvbandwidth],
+        "host_link": [loaded.name for result, loaded in rack.nvbandwidth if host_link_measurements(result, "")],
     }
     for family, names in rack_files.items():
         files.setdefault(family, []).extend(_LINE_SUFFIX.sub("", name) for name in names)

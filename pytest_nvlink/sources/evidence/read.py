@@ -41,7 +41,9 @@ class Pending:
     later: dict[str, list[Loaded]] = field(default_factory=dict)  # format name -> its outputs, in order
 
     def note(self, file: str, text: str) -> None:
-        self.notes.setdefault(file, []).append(text)
+        notes = self.notes.setdefault(file, [])
+        if text not in notes:  # several outputs of one file (a run per GPU) can say the same thing once
+            notes.append(text)
 
 
 def read_files(paths: list[Path], exclude: Sequence[str], pending: Pending) -> list[Loaded]:

@@ -18,7 +18,7 @@ from pytest_nvlink.sources.evidence.parsers.common import ParseError
 # isort: off
 from pytest_nvlink.sources.evidence.parsers import topo, topo_p2p, nvlink, smi_query, nccl_tests  # noqa: F401
 from pytest_nvlink.sources.evidence.parsers import p2p_latency, nvbandwidth, nccl_log, snapshot_json  # noqa: F401
-from pytest_nvlink.sources.evidence.parsers import kernel_log  # noqa: F401
+from pytest_nvlink.sources.evidence.parsers import kernel_log, bandwidth_test, dcgm_diag  # noqa: F401
 
 # isort: on
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from pytest_nvlink.model import WRONG_DATA, P2PMeasurement
 from pytest_nvlink.sources.evidence.parsers.common import ParseError, bad_line, parse_float, split_lines
+from pytest_nvlink.sources.evidence.parsers.nvbandwidth_host import host_link_measurements, host_link_notes
 from pytest_nvlink.sources.evidence.parsers.registry import Format, Into, register
 
 if TYPE_CHECKING:
@@ -300,12 +301,12 @@ def _detect(text: str) -> str | None:
 
 def _merge(into: Into, result: NvbandwidthResult) -> None:
     add(into.merger, result, into.part.name)
-    for note in no_p2p_notes(result) + host_notes(result):
+    for note in no_p2p_notes(result) + host_link_notes(result):
         into.note(note)
 
 
 def add(merger: Merger, result: NvbandwidthResult, file: str) -> None:
-    """The GPU count and names, and every device-to-device figure as a pair measurement."""
+    """The GPU count and names, every device-to-device figure as a pair measurement, every host-link figure."""
     gpu_cases = [c for c in result.testcases.values() if c.row_kind == c.column_kind == "GPU"]
     if result.devices:
         merger.count(len(result.devices), file)
@@ -322,6 +323,7 @@ def add(merger: Merger, result: NvbandwidthResult, file: str) -> None:
             merger.p2p_measurements.extend(_measurements(case, file))
             merger.note("p2p_bandwidth", file)
     add_unmeasured(merger, result, file)
+    merger.add_host_link(host_link_measurements(result, file), file)
 
 
 def _measurements(case: Testcase, file: str) -> list[P2PMeasurement]:
@@ -404,17 +406,6 @@ def no_p2p_notes(result: NvbandwidthResult) -> list[str]:
     return notes
 
 
-def host_notes(result: NvbandwidthResult) -> list[str]:
-    cases = _host_cases(result)
-    if not cases:
-        return []
-    gpus = sorted({col for case in cases for _, col in case.matrix})
-    return [
-        f"nvbandwidth host<->device testcases {', '.join(case.name for case in cases)} read for GPU(s) "
-        f"{', '.join(map(str, gpus))}: kept as parsed figures, not judged (no host-link check yet); never GPU pairs"
-    ]
-
-
 FORMAT = register(
     Format(
         name=KIND,
@@ -422,7 +413,7 @@ FORMAT = register(
         order=30,
         detect=_detect,
         parse=parse,
-        families=("inventory", "p2p_bandwidth"),
+        families=("inventory", "p2p_bandwidth", "host_link"),
         label="nvbandwidth",
         merge=_merge,
         start=re.compile(r"^\s*(?:nvbandwidth Version:|Running\s+\w+\.\s*$)"),
