@@ -213,3 +213,11 @@ def test_the_torch_engine_keeps_the_queue_shallow_and_retries_a_spin_that_ran_sh
     assert sim.deepest <= 16 + 3  # the copies of one lane plus its events: never a queue that blocks the host
     with pytest.raises(ValueError, match=r"queues 1\.\.16"):
         engine.d2h(17)
+
+
+def test_live_figures_state_pinned_memory_so_a_floor_judges_them() -> None:
+    from pytest_nvlink.measure.host_link import HostLinkPlan
+    from pytest_nvlink.model.host_link import HostLinkMeasurement, is_pinned
+
+    conditions = HostLinkPlan(targets=()).conditions()
+    assert is_pinned(HostLinkMeasurement(0, "h2d", 55.0, method="ce", conditions=conditions))

@@ -121,6 +121,41 @@ NVLINK5_NOT_ERRORS = (
 )
 
 CASES: tuple[Case, ...] = (
+    Case(
+        "bandwidth_test",
+        "bandwidthTest/a100-sxm4-40gb-quick-pinned-router-gao.txt",
+        (
+            Irrelevant(
+                "the banner and the closing note gone: the blocks alone identify the tool",
+                r"^\s*(?:\[CUDA Bandwidth Test\]|Running on\.\.\.|NOTE: The CUDA Samples)",
+                frozenset({"delete"}),
+            ),
+            Irrelevant(
+                "the closing NOTE, edited", r"^NOTE: The CUDA Samples", frozenset({"truncate", "swap", "digit"})
+            ),
+            # The Device to Device block is noted as present and its figure is not read (no host-link figure);
+            # edits that leave it recognisable as that block change nothing.
+            Irrelevant("the D2D block's heading, a digit changed", lines=(21,), ops=frozenset({"digit"})),
+            Irrelevant("the D2D block's memory line gone", lines=(22,), ops=frozenset({"delete"})),
+            Irrelevant("the D2D block's figure, edited", lines=(24,), ops=frozenset({"truncate", "digit"})),
+        ),
+    ),
+    Case(
+        "dcgm_diag",
+        "dcgmi-diag/constructed-h100-8gpu-dcgm335-r2-verbose-gpu5-slow.txt",
+        (
+            Irrelevant(
+                "the command, the table's frame, its metadata and deployment rows and other plugins' rows: no "
+                "host-link figure is stated there",
+                lines=(5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 49, 50, 51),
+            ),
+            Irrelevant(
+                "the end of a low-bandwidth warning (DCGM's floor, which is not ours): its figure is read from the "
+                "warning's first lines",
+                lines=(22, 25),
+            ),
+        ),
+    ),
     Case("topo", "topo/a100-sxm4-80gb-8gpu-distserve3.txt", LEGEND),
     Case(
         "topo",
@@ -389,6 +424,11 @@ CASES: tuple[Case, ...] = (
             Irrelevant(
                 "a key whose value is null reads as absent: without it the file says the same",
                 r'^\s*"\w+": null,$',
+                frozenset({"delete"}),
+            ),
+            Irrelevant(
+                "a list or table of the node whose absence reads as the same empty default",
+                r'^\s*"(?:provenance|unknown_reasons|evidence_notes|probe_errors|host_link)": (?:\{\}|\[\]),?$',
                 frozenset({"delete"}),
             ),
         ),

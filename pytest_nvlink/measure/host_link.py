@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from pytest_nvlink.measure import _proc
 from pytest_nvlink.measure.host_copy import MAX_QUEUED, LaneTimes, TorchHostEngineFactory
 from pytest_nvlink.measure.host_numa import NumaBinder, placement
-from pytest_nvlink.model.host_link import HOST_LINK_DIRECTIONS, HostLinkMeasurement
+from pytest_nvlink.model.host_link import HOST_LINK_DIRECTIONS, PINNED, HostLinkMeasurement
 
 GB = 1e9
 MIB = 1 << 20
@@ -78,7 +78,7 @@ class HostLinkPlan:
             "warmup_runs": str(self.warmup),
             "timed_runs": str(self.repeats),
             "statistic": "median of the timed runs",
-            "host_memory": "pinned",
+            "memory": PINNED,  # model.host_link.is_pinned: only pinned figures meet a floor
         }
 
 
