@@ -24,7 +24,7 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.connection import Connection
@@ -93,55 +93,97 @@ def _inject(fault: Fault | None) -> None:
 
 # --- fills and checks: integer-valued float32, so every expected value is exact ---------------
 
+# Elements the fill and the check compute at once. Their temporaries (an int64 index, an int64 peer
+# number and the float32 values of one span: 20 bytes an element) stay ~20 MiB whatever the buffer;
+# building the whole expected buffer at once took several times its size (a 4 GiB all_reduce ~30 GiB).
+SPAN = 1 << 20
+
 
 class PatternData:
-    """Deterministic per-rank inputs and exact expected outputs (like nccl-tests' -c check)."""
+    """Deterministic per-rank inputs and exact expected outputs (like nccl-tests' -c check).
+
+    Element ``i`` of a rank's send buffer is ``i % 13 + rank + 1`` (chunked ops: the position in its
+    peer's chunk, plus the pair's number for all_to_all); the expected output follows from the op.
+    Both are computed a span at a time, in place, so the extra memory is bounded by :data:`SPAN`.
+    """
 
     def __init__(self, torch: Any, device: Any, rank: int, n: int) -> None:
         self.torch, self.device, self.rank, self.n = torch, device, rank, n
 
-    def pattern(self, numel: int, salt: int, chunk: int | None = None) -> Any:
-        index = self.torch.arange(numel, device=self.device, dtype=self.torch.int64)
-        if chunk is not None:
-            index = index % chunk
-        return (index % _PERIOD + salt).to(self.torch.float32)
+    def _index(self, lo: int, hi: int) -> Any:
+        return self.torch.arange(lo, hi, device=self.device, dtype=self.torch.int64)
 
-    def alltoall(self, numel: int, chunk: int, sender: int | None) -> Any:
-        """Input of ``sender`` (None: the expected output on this rank)."""
-        index = self.torch.arange(numel, device=self.device, dtype=self.torch.int64)
-        peer = index // chunk
-        src, dst = (peer, self.rank) if sender is None else (sender, peer)
-        return (index % chunk % _PERIOD + _ALLTOALL_STRIDE * (src * self.n + dst + 1)).to(self.torch.float32)
+    def _spans(self, numel: int) -> Iterator[tuple[int, int]]:
+        for lo in range(0, numel, SPAN):
+            yield lo, min(numel, lo + SPAN)
 
-    def fill(self, op: str, buffers: Buffers, send: Any) -> None:
-        rank, numel, chunk = self.rank, buffers.send_numel, buffers.chunk_numel
-        if op == "broadcast" and rank != ROOT:
-            send.fill_(-1.0)
-        elif op == "broadcast":
-            send.copy_(self.pattern(numel, ROOT + 1))
-        elif op == "all_to_all":
-            send.copy_(self.alltoall(numel, chunk, rank))
-        else:
-            send.copy_(self.pattern(numel, rank + 1))
+    def _cyclic(self, lo: int, hi: int, salt: int, scale: int = 1) -> Any:
+        """``(i % 13) * scale + salt`` for i in [lo, hi), as float32."""
+        return self._index(lo, hi).remainder_(_PERIOD).mul_(scale).add_(salt).to(self.torch.float32)
 
-    def expected(self, op: str, buffers: Buffers) -> Any:
-        n, rank, numel, chunk = self.n, self.rank, buffers.recv_numel, buffers.chunk_numel
+    def _chunked(self, lo: int, hi: int, chunk: int, peer_term: Callable[[Any], Any]) -> Any:
+        """``(i % chunk) % 13 + peer_term(i // chunk)`` for i in [lo, hi), as float32."""
+        index = self._index(lo, hi)
+        peer = peer_term(self.torch.div(index, chunk, rounding_mode="floor"))
+        return index.remainder_(chunk).remainder_(_PERIOD).add_(peer).to(self.torch.float32)
+
+    def _pair_term(self, src_is_peer: bool) -> Callable[[Any], Any]:
+        """all_to_all: the number of the (sender, receiver) pair, ``16 * (src * n + dst + 1)``."""
+        n, rank = self.n, self.rank
+        if src_is_peer:
+            return lambda peer: peer.mul_(n).add_(rank + 1).mul_(_ALLTOALL_STRIDE)
+        return lambda peer: peer.add_(rank * n + 1).mul_(_ALLTOALL_STRIDE)
+
+    def _sent(self, op: str, buffers: Buffers, lo: int, hi: int) -> Any:
+        if op == "broadcast":
+            return self._cyclic(lo, hi, ROOT + 1)
+        if op == "all_to_all":
+            return self._chunked(lo, hi, buffers.chunk_numel, self._pair_term(src_is_peer=False))
+        return self._cyclic(lo, hi, self.rank + 1)
+
+    def _expected(self, op: str, buffers: Buffers, lo: int, hi: int) -> Any:
+        n, rank, chunk = self.n, self.rank, buffers.chunk_numel
         total = n * (n + 1) // 2
         if op == "all_reduce":
-            return self.pattern(numel, 0) * n + total
+            return self._cyclic(lo, hi, total, scale=n)
         if op == "all_gather":
-            index = self.torch.arange(numel, device=self.device, dtype=self.torch.int64)
-            return self.pattern(numel, 1, chunk) + (index // chunk).to(self.torch.float32)
-        if op == "reduce_scatter":
-            full = self.pattern(chunk * n, 0) * n + total
-            return full[rank * chunk : (rank + 1) * chunk]
+            return self._chunked(lo, hi, chunk, lambda peer: peer.add_(1))
+        if op == "reduce_scatter":  # this rank's chunk of the summed input
+            return self._cyclic(rank * chunk + lo, rank * chunk + hi, total, scale=n)
         if op == "broadcast":
-            return self.pattern(numel, ROOT + 1)
+            return self._cyclic(lo, hi, ROOT + 1)
         if op == "all_to_all":
-            return self.alltoall(numel, chunk, None)
+            return self._chunked(lo, hi, chunk, self._pair_term(src_is_peer=True))
         if op == "sendrecv":
-            return self.pattern(numel, (rank - 1) % n + 1)
+            return self._cyclic(lo, hi, (rank - 1) % n + 1)
         raise ValueError(f"unknown collective {op!r}")
+
+    def fill(self, op: str, buffers: Buffers, send: Any) -> None:
+        if op == "broadcast" and self.rank != ROOT:
+            send.fill_(-1.0)
+            return
+        for lo, hi in self._spans(buffers.send_numel):
+            send[lo:hi].copy_(self._sent(op, buffers, lo, hi))
+
+    def matches(self, op: str, buffers: Buffers, recv: Any) -> bool:
+        """Whether ``recv`` holds exactly what ``op`` must leave on this rank."""
+        flat = recv.view(-1)
+        if flat.numel() != buffers.recv_numel:
+            return False
+        return all(
+            self.torch.equal(flat[lo:hi], self._expected(op, buffers, lo, hi))
+            for lo, hi in self._spans(buffers.recv_numel)
+        )
+
+    def fill_cyclic(self, tensor: Any, salt: int) -> None:
+        """``tensor[i] = i % 13 + salt`` (the send/recv pairs' payload)."""
+        for lo, hi in self._spans(tensor.numel()):
+            tensor[lo:hi].copy_(self._cyclic(lo, hi, salt))
+
+    def is_cyclic(self, tensor: Any, salt: int) -> bool:
+        return all(
+            self.torch.equal(tensor[lo:hi], self._cyclic(lo, hi, salt)) for lo, hi in self._spans(tensor.numel())
+        )
 
 
 # --- the ops ---------------------------------------------------------------------------------
@@ -215,7 +257,7 @@ class _Rank:
         self.sync()
         if corrupt:
             recv.view(-1)[0] += 1
-        correct = bool(torch.equal(recv, data.expected(op, buffers)))
+        correct = data.matches(op, buffers, recv)
         if op == "all_reduce":
             send.zero_()  # in-place sums of zeros stay exact however many iterations run
         mean_s = self._timed(call)
