@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_nvlink.config.shipped import COLLECTIVE_OPS
-from pytest_nvlink.measure import worker
+from pytest_nvlink.measure import pattern
 from pytest_nvlink.measure.busbw import buffers_for
 
 torch = pytest.importorskip("torch")
@@ -29,7 +29,7 @@ def _simulated(op: str, buffers: Any, sends: list[Any], rank: int) -> Any:
     if op == "reduce_scatter":
         return sum(sends)[rank * chunk : (rank + 1) * chunk]
     if op == "broadcast":
-        return sends[worker.ROOT].clone()
+        return sends[pattern.ROOT].clone()
     if op == "all_to_all":
         return torch.cat([send[rank * chunk : (rank + 1) * chunk] for send in sends])
     if op == "sendrecv":
@@ -37,19 +37,19 @@ def _simulated(op: str, buffers: Any, sends: list[Any], rank: int) -> Any:
     raise AssertionError(op)
 
 
-def _received(op: str, numel_bytes: int, rank: int) -> tuple[worker.PatternData, Any, Any]:
+def _received(op: str, numel_bytes: int, rank: int) -> tuple[pattern.PatternData, Any, Any]:
     buffers = buffers_for(op, numel_bytes, N)
     sends = []
     for r in range(N):
         send = torch.empty(buffers.send_numel, dtype=torch.float32)
-        worker.PatternData(torch, torch.device("cpu"), r, N).fill(op, buffers, send)
+        pattern.PatternData(torch, torch.device("cpu"), r, N).fill(op, buffers, send)
         sends.append(send)
-    return worker.PatternData(torch, torch.device("cpu"), rank, N), buffers, _simulated(op, buffers, sends, rank)
+    return pattern.PatternData(torch, torch.device("cpu"), rank, N), buffers, _simulated(op, buffers, sends, rank)
 
 
 @pytest.fixture
 def small_span(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(worker, "SPAN", 7)  # many spans, and chunks that straddle them
+    monkeypatch.setattr(pattern, "SPAN", 7)  # many spans, and chunks that straddle them
 
 
 @pytest.mark.parametrize("op", COLLECTIVE_OPS)
@@ -74,7 +74,7 @@ def test_a_buffer_of_the_wrong_length_fails_the_check() -> None:
 
 
 def test_the_send_recv_payload_is_checked_everywhere(small_span: None) -> None:
-    data = worker.PatternData(torch, torch.device("cpu"), 0, 2)
+    data = pattern.PatternData(torch, torch.device("cpu"), 0, 2)
     payload = torch.empty(50, dtype=torch.float32)
     data.fill_cyclic(payload, 2)
     assert payload[:14].tolist() == [float(i % 13 + 2) for i in range(14)]
@@ -92,7 +92,7 @@ PEAK_SCRIPT = textwrap.dedent(
     import json, resource, sys
     import torch
     from pytest_nvlink.measure.busbw import buffers_for
-    from pytest_nvlink.measure.worker import PatternData
+    from pytest_nvlink.measure.pattern import PatternData
 
     torch.set_num_threads(1)
     op, size = sys.argv[1], int(sys.argv[2])

@@ -16,7 +16,7 @@ from typing import Any
 
 from pytest_nvlink.measure.busbw import GB, MIB
 from pytest_nvlink.measure.launched import Group, gather_json
-from pytest_nvlink.measure.worker import PatternData
+from pytest_nvlink.measure.pattern import PatternData
 from pytest_nvlink.model import P2PMeasurement
 
 DEFAULT_CROSS_PEERS = 3
