@@ -8,6 +8,7 @@ import time
 import pytest
 
 from pytest_nvlink.measure import step_watch
+from pytest_nvlink.measure.launched_progress import RankProgress
 from pytest_nvlink.measure.step_watch import HUNG_EXIT, Step, StepWatch
 
 
@@ -90,4 +91,44 @@ def test_hung_text_names_the_rank_the_step_and_the_limit() -> None:
     assert step_watch.hung_text("rank 1 (b, GPU GPU-x (cuda:1))", "all_gather at 1 MiB (data check)", 3.0) == (
         "rank 1 (b, GPU GPU-x (cuda:1)) hung in all_gather at 1 MiB (data check) for over 3 s "
         f"(its step watchdog ended it, exit code {HUNG_EXIT})"
+    )
+
+
+class FakeStore:
+    """The rendezvous store's set/check/get, in a dict."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, bytes] = {}
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value.encode()
+
+    def check(self, keys: list[str]) -> bool:
+        return all(key in self.values for key in keys)
+
+    def get(self, key: str) -> bytes:
+        return self.values[key]
+
+
+def test_rank0_names_the_dead_then_the_hung_from_the_one_behind() -> None:
+    store = FakeStore()
+    ranks = [RankProgress(None, rank, 4) for rank in range(4)]
+    for progress in ranks:
+        progress.store = store  # no heartbeat threads: the test says who is alive
+    ranks[1].mark("all_gather at 1 MiB (timed iterations)")
+    store.set("pytest-nvlink/alive/1", "7")  # rank 1 died: its heartbeat stays put
+    ranks[2].hung(Step("all_gather at 1 MiB", "data check", 10, 3.0))
+    ranks[3].hung(Step("all_gather at 1 MiB", "warmup", 9, 3.0))
+
+    def later(seconds: float) -> None:
+        store.set("pytest-nvlink/alive/2", "2")
+        store.set("pytest-nvlink/alive/3", "2")
+
+    text = ranks[0].culprits(lambda rank: f"rank {rank}", later, own=Step("all_gather at 1 MiB", "barrier", 11, 3.0))
+    ended = f"(its step watchdog ended it, exit code {HUNG_EXIT})"
+    assert text == (
+        "rank 1 stopped answering (died or froze; its last step: all_gather at 1 MiB (timed iterations)); "
+        f"rank 3 hung in all_gather at 1 MiB (warmup) for over 3 s {ended}; "
+        f"rank 2 hung in all_gather at 1 MiB (data check) for over 3 s {ended}; "
+        f"rank 0 hung in all_gather at 1 MiB (barrier) for over 3 s {ended}"
     )
