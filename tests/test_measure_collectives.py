@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
+import re
 import time
 from pathlib import Path
 
@@ -151,6 +153,38 @@ def test_a_rank_killed_mid_collective_is_named_with_its_step() -> None:
         "rank 1 (cpu) died with exit code -9 (signal 9) during all_gather at 64 KiB (timed iterations)"
     )
     assert bcast.error == f"not run: all_gather failed first: {gather.error}"
+    assert_reaped(run)
+
+
+def test_a_hang_in_process_group_init_is_bounded_by_the_init_limit() -> None:
+    started = time.monotonic()
+    hung = dataclasses.replace(spec(2, ("all_reduce", "broadcast"), "hang:rank=1:op=init"), init_timeout_s=4.0)
+    run = run_collectives(hung)
+    assert time.monotonic() - started < 40
+    first, second = run.measurements
+    # rank 0 waits in init_process_group (torch's store timeout is a minute longer); both watches end it
+    assert first.error == (
+        f"rank 0 (cpu) hung in process-group init for over 4 s {WATCH_ENDED}; "
+        f"rank 1 (cpu) hung in process-group init for over 4 s {WATCH_ENDED}"
+    )
+    assert second.error == f"not run: all_reduce failed first: {first.error}"
+    assert_reaped(run)
+
+
+def test_without_an_op_limit_the_steps_end_by_the_session_limit() -> None:
+    started = time.monotonic()
+    asleep = spec(2, ("all_reduce", "broadcast"), "hang:rank=1:op=all_reduce:step=warmup")
+    run = run_collectives(dataclasses.replace(asleep, timeout_s=20.0))
+    assert time.monotonic() - started < 20 + collectives.WATCH_MARGIN_S + 10
+    first, second = run.measurements
+    assert first.error is not None
+    # the ranks' watches, not the parent's session limit, end the hung op, and name its steps
+    assert re.fullmatch(
+        r"rank 1 \(cpu\) hung in all_reduce at 64 KiB \(warmup\) for over [0-9.]+ s \(.*\); "
+        r"rank 0 \(cpu\) hung in all_reduce at 64 KiB \(data check\) for over [0-9.]+ s \(.*\)",
+        first.error,
+    ), first.error
+    assert second.error == f"not run: all_reduce failed first: {first.error}"
     assert_reaped(run)
 
 

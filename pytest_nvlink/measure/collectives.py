@@ -7,8 +7,8 @@ limit it kills *all* ranks and turns the failed op and every op after it into er
 
 Each rank also bounds its own steps (``step_watch``): it reports the step it is in, and a step that
 outlives the op's limit ends the rank with ``HUNG_EXIT`` after a ``hung`` message naming that step.
-The parent's own per-op limit waits :data:`WATCH_MARGIN_S` longer, so that the ranks say which step
-hung; it remains the backstop for a rank frozen as a whole.
+No step runs past the session limit either. The parent's own limits wait :data:`WATCH_MARGIN_S`
+longer, so that the ranks say which step hung; they remain the backstop for a rank frozen whole.
 
 With NCCL each rank writes ``NCCL_DEBUG=INFO`` output to its own ``NCCL_DEBUG_FILE``; the texts
 are kept on :class:`CollectiveRun` and summarized into ``NcclAudit`` by ``parsers.nccl_log``.
@@ -219,8 +219,8 @@ class _Group:
             if failures:
                 return failures
         now = time.monotonic()
-        if now - self.session_started > self.spec.timeout_s:
-            return self._describe_timeout(self.spec.timeout_s, "session limit")
+        if now - self.session_started > self.spec.timeout_s + WATCH_MARGIN_S:
+            return self._describe_timeout(self.spec.timeout_s + WATCH_MARGIN_S, "session limit")
         limit = self.spec.init_timeout_s if self.stage == -1 else self.spec.op_timeout_s
         if limit is not None and now - self.stage_started > limit + WATCH_MARGIN_S:
             return self._describe_timeout(limit + WATCH_MARGIN_S, None)
@@ -417,6 +417,7 @@ def _worker_spec(spec: CollectiveSpec, ops: list[tuple[str, int]], tmpdir: Path)
         env=tuple(child_env(spec, tmpdir, os.environ).items()),
         init_limit_s=spec.init_timeout_s or spec.timeout_s,
         op_limit_s=op_limit,
+        ends_at=time.time() + spec.timeout_s,  # the ranks' watches end their steps by the session limit
     )
 
 

@@ -20,9 +20,9 @@ same op. Only this module reads the variable.
 
 **Every step is bounded.** Each rank runs a :class:`~pytest_nvlink.measure.step_watch.StepWatch`:
 init has ``WorkerSpec.init_limit_s``, every step of an op must end within ``op_limit_s`` of the
-op's start, destroy has ``op_limit_s``. A spawned rank sends its steps (``("step", rank, text,
-order)``) and, when one outlives its deadline, ``("hung", rank, text, order, limit_s)`` before it
-exits with ``step_watch.HUNG_EXIT``.
+op's start, destroy has ``op_limit_s``; none runs past ``ends_at`` (the session's end). A spawned
+rank sends its steps (``("step", rank, text, order)``) and, when one outlives its deadline,
+``("hung", rank, text, order, limit_s)`` before it exits with ``step_watch.HUNG_EXIT``.
 """
 
 from __future__ import annotations
@@ -60,6 +60,11 @@ class WorkerSpec:
     env: tuple[tuple[str, str], ...] = ()  # set before torch is imported
     init_limit_s: float = 600.0  # process-group init (the rank's own watch; torch bounds only the store)
     op_limit_s: float = 600.0  # every step of one op, from the op's start; also destroy
+    ends_at: float | None = None  # time.time() by which every step must end (the parent's session limit)
+
+    def limit_s(self, limit: float) -> float:
+        """``limit``, or less where the session ends sooner."""
+        return limit if self.ends_at is None else max(0.0, min(limit, self.ends_at - time.time()))
 
 
 # The steps of one op, in order (key: words); a rank that is further along this list is ahead.
@@ -82,19 +87,20 @@ def op_where(op: str, size: int, world_size: int) -> str:
     return f"{op} at {format_size(buffers_for(op, size, world_size).size_bytes)}"
 
 
-def op_step(spec: WorkerSpec, op: str, key: str) -> Step:
+def op_step(spec: WorkerSpec, op: str, key: str, limit_s: float | None = None) -> Step:
     index = [name for name, _ in spec.ops].index(op)
     order = 1 + index * (len(OP_STEPS) + 1) + list(OP_STEPS).index(key)
-    return Step(op_where(op, dict(spec.ops)[op], spec.world_size), OP_STEPS[key], order, spec.op_limit_s)
+    limit = spec.limit_s(spec.op_limit_s) if limit_s is None else limit_s
+    return Step(op_where(op, dict(spec.ops)[op], spec.world_size), OP_STEPS[key], order, limit)
 
 
 def init_step(spec: WorkerSpec) -> Step:
-    return Step(INIT_STEP, "", 0, spec.init_limit_s)
+    return Step(INIT_STEP, "", 0, spec.limit_s(spec.init_limit_s))
 
 
 def final_step(spec: WorkerSpec, what: str) -> Step:
     """A step after every op (destroy, gathering logs): behind none of them."""
-    return Step(what, "", 1 + len(spec.ops) * (len(OP_STEPS) + 1), spec.op_limit_s)
+    return Step(what, "", 1 + len(spec.ops) * (len(OP_STEPS) + 1), spec.limit_s(spec.op_limit_s))
 
 
 def inert_watch() -> StepWatch:
@@ -204,10 +210,11 @@ class _Rank:
     def run(self, op: str, size: int, fault: Fault | None) -> dict[str, Any]:
         """One op: warmup, data check, timed iterations; every step announced to the watch, within the op's limit."""
         n = self.spec.world_size
-        deadline = self.watch.deadline_in(self.spec.op_limit_s)
+        limit = self.spec.limit_s(self.spec.op_limit_s)
+        deadline = self.watch.deadline_in(limit)
 
         def enter(key: str) -> None:
-            self.watch.begin(op_step(self.spec, op, key), deadline)
+            self.watch.begin(op_step(self.spec, op, key, limit), deadline)
 
         def strike(key: str) -> None:
             if fault is not None and fault.step == key:
