@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,9 @@ from pytest_nvlink.model import CollectiveMeasurement, NcclAudit
 
 ROOT = 0
 PG_MARGIN_S = 60.0  # torch's process-group timeout waits this much longer than the ranks' own step watches
+# A hung rank other than rank 0 stays this long after recording its step: rank 0, whose watch fires
+# about the same time, reads it, and no peer's exit wakes rank 0's main thread into a second report.
+LINGER_S = 5.0
 # Under NCCL a rank's CUDA device is picked from what the process sees (worker.visible_device): its
 # local rank when it sees every GPU of the node, cuda:0 when the launcher bound it to one GPU.
 
@@ -78,6 +82,8 @@ class Group:
     watch: StepWatch = field(default_factory=inert_watch)  # this rank's step and its deadline
     measured: dict[str, CollectiveMeasurement] = field(default_factory=dict)  # rank 0: the ops done so far
     finish: Callable[[Group], None] | None = None  # rank 0: writes the results when its own watch gives up
+    _reporter: list[str] = field(default_factory=list)  # rank 0: who reports, "main" or "watch" (the first)
+    _claim_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def is_root(self) -> bool:
@@ -92,8 +98,21 @@ class Group:
         self.watch.begin(final_step(worker_spec(self.spec, self.ops), what))
 
     def reporting(self) -> None:
-        """Writing or reporting what is known: bounded, and nothing is left to report if it hangs."""
+        """Writing or reporting what is known: bounded, and nothing is left to report if it hangs.
+
+        On rank 0 the watch may have given up on a step already and be writing the results: then
+        this thread stops here and the watch ends the process when it is done.
+        """
+        if self.is_root and not self.claim("main"):
+            threading.Event().wait()
         self.watch.begin(Step(REPORTING, "", 1 << 30, REPORT_S))
+
+    def claim(self, who: str) -> bool:
+        """Whether ``who`` reports rank 0's results: only one of the main thread and the watch does."""
+        with self._claim_lock:
+            if not self._reporter:
+                self._reporter.append(who)
+            return self._reporter[0] == who
 
     def fail(self, where: str, exc: BaseException, started: float) -> str:
         """Record the first failure; later ones only follow from it."""
@@ -251,7 +270,10 @@ def _on_hung(group: Group, step: Step) -> None:
     if group.progress is not None:
         group.progress.hung(step)
     if not group.is_root:
+        time.sleep(LINGER_S)
         return
+    if not group.claim("watch"):  # the main thread is reporting a failure: let it finish (bounded by REPORT_S)
+        threading.Event().wait()
     named = None
     if group.progress is not None:
         named = group.progress.culprits(lambda rank: describe_rank(group, rank), own=step)
