@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from launch_procs import Finished, free_port, launch, slurm_envs, slurm_port, torchrun_envs, write_suite
 
 from pytest_nvlink.measure.ranks import derived_port
+from pytest_nvlink.measure.step_watch import HUNG_EXIT
 from pytest_nvlink.model import Measurements
 from pytest_nvlink.model.records import from_json
+
+WATCH_ENDED = f"(its step watchdog ended it, exit code {HUNG_EXIT})"
 
 
 def _collectives(
@@ -85,9 +89,9 @@ def test_a_crashed_rank_fails_closed_with_an_error_entry(tmp_path: Path) -> None
     reduce, gather = document["measurements"]["collectives"]
     assert reduce["error"] is None and reduce["correct"] is True
     assert gather["busbw_gbps"] is None
-    # the dead rank (the cause) first, with the step it last finished; then what rank 0 saw
+    # the dead rank (the cause) first, with the step it was in; then what rank 0 saw
     assert gather["error"].startswith(
-        "rank 1 (b) stopped answering (died or froze; its last step: after all_reduce at 1 MiB); "
+        "rank 1 (b) stopped answering (died or froze; its last step: all_gather at 1 MiB (before its first call)); "
         "rank 0 (a) failed in all_gather at 1 MiB after "
     )
     assert "a rank that crashed, hung or left the job shows up this way" in gather["error"]
@@ -95,16 +99,51 @@ def test_a_crashed_rank_fails_closed_with_an_error_entry(tmp_path: Path) -> None
     assert "pytest-nvlink launch: rank 1 (b) stopped answering" in finished[0].stderr
 
 
-def test_a_hung_rank_makes_rank0_time_out_and_record_it(tmp_path: Path) -> None:
+def test_a_rank_killed_mid_collective_is_named_with_its_step(tmp_path: Path) -> None:
+    envs = torchrun_envs(2, free_port(), ["a", "b"])
+    for env in envs:
+        env["PYTEST_NVLINK_TEST_FAULT"] = "crash:rank=1:op=all_gather:step=timed"
+    started = time.monotonic()
+    out, finished = _collectives(tmp_path, envs, "--timeout-s", "20")
+    assert time.monotonic() - started < 60
+    assert (finished[0].returncode, finished[1].returncode) == (1, -9)
+    reduce, gather = json.loads(out.read_text())["measurements"]["collectives"]
+    assert reduce["error"] is None
+    assert gather["error"].startswith(
+        "rank 1 (b) stopped answering (died or froze; its last step: all_gather at 1 MiB (timed iterations)); "
+        "rank 0 (a) failed in all_gather at 1 MiB after "
+    )
+
+
+def test_a_hung_rank_is_ended_by_its_watch_and_rank0_records_it(tmp_path: Path) -> None:
     envs = torchrun_envs(2, free_port(), ["a", "b"])
     for env in envs:
         env["PYTEST_NVLINK_TEST_FAULT"] = "hang:rank=1:op=all_reduce"
-    out, finished = _collectives(tmp_path, envs, "--timeout-s", "3", waits_for=0)
-    assert finished[0].returncode == 1
-    assert finished[1].returncode is None  # still hanging: the test killed it
+    out, finished = _collectives(tmp_path, envs, "--timeout-s", "3")
+    assert (finished[0].returncode, finished[1].returncode) == (HUNG_EXIT, HUNG_EXIT)
     first, second = json.loads(out.read_text())["measurements"]["collectives"]
-    assert first["error"].startswith(
-        "rank 1 (b) is alive but did not reach all_reduce at 1 MiB (its last step: joined); "
-        "rank 0 (a) failed in all_reduce at 1 MiB after "
+    assert first["error"] == (
+        f"rank 1 (b) hung in all_reduce at 1 MiB (before its first call) for over 3 s {WATCH_ENDED}; "
+        f"rank 0 (a) hung in all_reduce at 1 MiB (warmup) for over 3 s {WATCH_ENDED}"
     )
-    assert second["error"].startswith("not run: all_reduce failed first: rank 1 (b) is alive")
+    assert second["error"] == f"not run: all_reduce failed first: {first['error']}"
+
+
+def test_a_rank_asleep_mid_collective_leaves_rank0_writing_the_results(tmp_path: Path) -> None:
+    envs = torchrun_envs(2, free_port(), ["a", "b"])
+    for env in envs:
+        env["PYTEST_NVLINK_TEST_FAULT"] = "hang:rank=1:op=all_gather:step=check"
+    started = time.monotonic()
+    out, finished = _collectives(tmp_path, envs, "--timeout-s", "3")
+    assert time.monotonic() - started < 60
+    assert (finished[0].returncode, finished[1].returncode) == (HUNG_EXIT, HUNG_EXIT)
+    document = json.loads(out.read_text())
+    reduce, gather = document["measurements"]["collectives"]
+    assert reduce["error"] is None and reduce["correct"] is True
+    # rank 1 sleeps in all_gather's data check; rank 0 waits for it at the barrier after: rank 1 is behind
+    assert gather["error"] == (
+        f"rank 1 (b) hung in all_gather at 1 MiB (data check) for over 3 s {WATCH_ENDED}; "
+        f"rank 0 (a) hung in all_gather at 1 MiB (barrier before timing) for over 3 s {WATCH_ENDED}"
+    )
+    assert document["error"] == gather["error"]
+    assert "pytest-nvlink launch: rank 1 (b) hung in all_gather" in finished[0].stderr

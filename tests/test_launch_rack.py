@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from launch_procs import free_port, launch, torchrun_envs, write_suite, write_trays
 
 from pytest_nvlink.measure.sendrecv import pair_schedule
+from pytest_nvlink.measure.step_watch import HUNG_EXIT
 from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 HOSTS = ["tray-a", "tray-a", "tray-b", "tray-b", "tray-c", "tray-c"]
@@ -81,11 +83,43 @@ def test_a_lost_tray_and_a_crashed_rank_fail_the_rack_closed(tmp_path: Path) -> 
     assert gather.error is not None
     # the killed rank is named first, with the step it finished last; the results and JUnit carry it
     assert gather.error.startswith(
-        "rank 1 (tray-b) stopped answering (died or froze; its last step: after all_reduce at 1 MiB); "
+        "rank 1 (tray-b) stopped answering (died or froze; its last step: "
+        "all_gather at 1 MiB (before its first call)); "
         "rank 0 (tray-a) failed in all_gather at 1 MiB"
     )
     assert "rank 1 (tray-b) stopped answering" in (out / "junit.xml").read_text()
     (pair,) = node.measurements.p2p
     assert (pair.src, pair.dst, pair.value, pair.error) == (0, 1, None, gather.error)
+    results = json.loads((out / "results.json").read_text())
+    assert results["verdict"] == "FAIL"
+
+
+def test_a_rank_asleep_mid_collective_leaves_rank0_writing_the_snapshot_and_junit(tmp_path: Path) -> None:
+    suite, thresholds = write_suite(tmp_path, gpus=2)
+    pattern = write_trays(tmp_path / "trays", ["tray-a", "tray-b"], gpus=1)
+    out = tmp_path / "rack"
+    envs = torchrun_envs(2, free_port(), ["tray-a", "tray-b"])
+    for env in envs:
+        env["PYTEST_NVLINK_TEST_FAULT"] = "hang:rank=1:op=all_reduce:step=timed"
+    args = ["rack", "--suite", str(suite), "--thresholds", str(thresholds), "--backend", "gloo", "--timeout-s", "4"]
+    args += ["--out-dir", str(out), "--tray-snapshot", str(pattern)]
+    started = time.monotonic()
+    rank0, rank1 = launch([*args, "--", "-p", "no:randomly"], envs, tmp_path)
+    assert time.monotonic() - started < 80
+    assert (rank0.returncode, rank1.returncode) == (HUNG_EXIT, HUNG_EXIT), rank0.stderr[-2000:]
+    node = load_snapshot(out / "rack-snapshot.json")
+    reduce, gather = node.measurements.collectives
+    # rank 1 sleeps after its first timed all_reduce; rank 0 waits in the second: both watches give up
+    assert reduce.error == (
+        "rank 0 (tray-a) hung in all_reduce at 1 MiB (timed iterations) for over 4 s "
+        f"(its step watchdog ended it, exit code {HUNG_EXIT}); "
+        "rank 1 (tray-b) hung in all_reduce at 1 MiB (timed iterations) for over 4 s "
+        f"(its step watchdog ended it, exit code {HUNG_EXIT})"
+    )
+    assert gather.error == f"not run: all_reduce failed first: {reduce.error}"
+    (pair,) = node.measurements.p2p
+    assert (pair.value, pair.error) == (None, reduce.error)
+    junit = (out / "junit.xml").read_text()
+    assert "rank 1 (tray-b) hung in all_reduce at 1 MiB (timed iterations)" in junit
     results = json.loads((out / "results.json").read_text())
     assert results["verdict"] == "FAIL"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
+import re
 import time
 from pathlib import Path
 
@@ -14,11 +16,13 @@ from pytest_nvlink.config.suites import Measure
 from pytest_nvlink.measure import busbw, collectives, worker
 from pytest_nvlink.measure.collectives import CollectiveRun, CollectiveSpec, run_collectives
 from pytest_nvlink.measure.runner import MeasurementSession
+from pytest_nvlink.measure.step_watch import HUNG_EXIT
 
 pytest.importorskip("torch.distributed")
 
 TINY = 64 << 10
 FAULT = worker.FAULT_ENV
+WATCH_ENDED = f"(its step watchdog ended it, exit code {HUNG_EXIT})"
 
 
 def spec(
@@ -112,11 +116,75 @@ def test_hung_rank_is_killed_and_named() -> None:
     assert elapsed < 40
     reduce, gather, bcast = run.measurements
     assert reduce.error is None and reduce.correct is True
-    assert gather.error is not None
-    assert gather.error.startswith("timed out after 3 s in all_gather at 64 KiB (ranks 0,1 not responding")
-    assert "rank 1 never entered all_gather" in gather.error
+    # each rank's own watch ends it at the op's limit and says where it was; the one behind comes first
+    assert gather.error == (
+        f"rank 1 (cpu) hung in all_gather at 64 KiB (before its first call) for over 3 s {WATCH_ENDED}; "
+        f"rank 0 (cpu) hung in all_gather at 64 KiB (warmup) for over 3 s {WATCH_ENDED}"
+    )
     assert gather.time_us is None and gather.busbw_gbps is None
-    assert bcast.error is not None and bcast.error.startswith("not run: all_gather failed first: timed out")
+    assert bcast.error is not None and bcast.error.startswith("not run: all_gather failed first: rank 1 (cpu) hung")
+    assert_reaped(run)
+
+
+def test_a_rank_asleep_mid_collective_is_named_with_its_step() -> None:
+    started = time.monotonic()
+    ops = ("all_reduce", "all_gather", "broadcast", "all_to_all")
+    run = run_collectives(spec(2, ops, "hang:rank=1:op=all_gather:step=check", op_timeout_s=3.0))
+    assert time.monotonic() - started < 40
+    reduce, gather, bcast, alltoall = run.measurements
+    assert reduce.error is None and reduce.correct is True
+    # rank 1 sleeps inside all_gather's data check, after its call; rank 0 waits for it at the next barrier
+    assert gather.error == (
+        f"rank 1 (cpu) hung in all_gather at 64 KiB (data check) for over 3 s {WATCH_ENDED}; "
+        f"rank 0 (cpu) hung in all_gather at 64 KiB (barrier before timing) for over 3 s {WATCH_ENDED}"
+    )
+    for later in (bcast, alltoall):
+        assert later.error == f"not run: all_gather failed first: {gather.error}"
+    assert_reaped(run)
+
+
+def test_a_rank_killed_mid_collective_is_named_with_its_step() -> None:
+    ops = ("all_reduce", "all_gather", "broadcast")
+    run = run_collectives(spec(2, ops, "crash:rank=1:op=all_gather:step=timed", op_timeout_s=20.0))
+    reduce, gather, bcast = run.measurements
+    assert reduce.error is None and reduce.correct is True
+    assert gather.error is not None
+    assert gather.error.startswith(
+        "rank 1 (cpu) died with exit code -9 (signal 9) during all_gather at 64 KiB (timed iterations)"
+    )
+    assert bcast.error == f"not run: all_gather failed first: {gather.error}"
+    assert_reaped(run)
+
+
+def test_a_hang_in_process_group_init_is_bounded_by_the_init_limit() -> None:
+    started = time.monotonic()
+    hung = dataclasses.replace(spec(2, ("all_reduce", "broadcast"), "hang:rank=1:op=init"), init_timeout_s=4.0)
+    run = run_collectives(hung)
+    assert time.monotonic() - started < 40
+    first, second = run.measurements
+    # rank 0 waits in init_process_group (torch's store timeout is a minute longer); both watches end it
+    assert first.error == (
+        f"rank 0 (cpu) hung in process-group init for over 4 s {WATCH_ENDED}; "
+        f"rank 1 (cpu) hung in process-group init for over 4 s {WATCH_ENDED}"
+    )
+    assert second.error == f"not run: all_reduce failed first: {first.error}"
+    assert_reaped(run)
+
+
+def test_without_an_op_limit_the_steps_end_by_the_session_limit() -> None:
+    started = time.monotonic()
+    asleep = spec(2, ("all_reduce", "broadcast"), "hang:rank=1:op=all_reduce:step=warmup")
+    run = run_collectives(dataclasses.replace(asleep, timeout_s=20.0))
+    assert time.monotonic() - started < 20 + collectives.WATCH_MARGIN_S + 10
+    first, second = run.measurements
+    assert first.error is not None
+    # the ranks' watches, not the parent's session limit, end the hung op, and name its steps
+    assert re.fullmatch(
+        r"rank 1 \(cpu\) hung in all_reduce at 64 KiB \(warmup\) for over [0-9.]+ s \(.*\); "
+        r"rank 0 \(cpu\) hung in all_reduce at 64 KiB \(data check\) for over [0-9.]+ s \(.*\)",
+        first.error,
+    ), first.error
+    assert second.error == f"not run: all_reduce failed first: {first.error}"
     assert_reaped(run)
 
 
@@ -153,11 +221,12 @@ def test_world_of_one() -> None:
 
 
 def test_parse_faults() -> None:
-    faults = worker.parse_faults("hang:rank=1:op=all_gather, crash:op=init,corrupt")
+    faults = worker.parse_faults("hang:rank=1:op=all_gather, crash:op=init,corrupt,hang:op=broadcast:step=timed")
     assert faults == [
         worker.Fault("hang", 1, "all_gather"),
         worker.Fault("crash", None, "init"),
         worker.Fault("corrupt", None, None),
+        worker.Fault("hang", None, "broadcast", "timed"),
     ]
     assert worker.fault_for(faults, 1, "all_gather", "all_reduce") == faults[0]
     assert worker.fault_for(faults, 0, "all_gather", "all_reduce") is None
@@ -167,6 +236,8 @@ def test_parse_faults() -> None:
         worker.parse_faults("explode:rank=1")
     with pytest.raises(ValueError, match="expected KIND"):
         worker.parse_faults("hang:rnak=1")
+    with pytest.raises(ValueError, match="step must be one of start, warmup, check, barrier, timed, after"):
+        worker.parse_faults("crash:step=later")
 
 
 def test_nccl_child_env_and_recorded_env(tmp_path: Path) -> None:

@@ -5,6 +5,11 @@ fresh ``file://`` rendezvous in a temporary directory and reused for every op. T
 each rank's pipe, and when a rank dies, raises, or stops answering within the per-op or per-session
 limit it kills *all* ranks and turns the failed op and every op after it into error entries.
 
+Each rank also bounds its own steps (``step_watch``): it reports the step it is in, and a step that
+outlives the op's limit ends the rank with ``HUNG_EXIT`` after a ``hung`` message naming that step.
+No step runs past the session limit either. The parent's own limits wait :data:`WATCH_MARGIN_S`
+longer, so that the ranks say which step hung; they remain the backstop for a rank frozen whole.
+
 With NCCL each rank writes ``NCCL_DEBUG=INFO`` output to its own ``NCCL_DEBUG_FILE``; the texts
 are kept on :class:`CollectiveRun` and summarized into ``NcclAudit`` by ``parsers.nccl_log``.
 """
@@ -26,6 +31,7 @@ from typing import Any
 from pytest_nvlink.config.suites import Measure
 from pytest_nvlink.measure import _proc
 from pytest_nvlink.measure.busbw import MIB, bandwidth, buffers_for, format_size
+from pytest_nvlink.measure.step_watch import hung_text
 from pytest_nvlink.measure.worker import WorkerSpec, worker_main
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit
 
@@ -34,6 +40,7 @@ _OUR_NCCL_ENV = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_FILE"})
 NCCL_DEBUG_SUBSYS = "INIT,BOOTSTRAP,ENV,GRAPH"
 AUDITED_SUBSYS: tuple[str, ...] = ("INIT", "ENV", "GRAPH")  # what the transport audit reads
 GRACE_S = 1.0  # after a first failure, how long to wait for the other ranks' stories
+WATCH_MARGIN_S = 5.0  # the parent's limits wait this much longer than the ranks' own step watches
 
 Progress = _proc.Progress
 
@@ -146,6 +153,8 @@ class _Group:
         self.entered: dict[str, set[int]] = {op: set() for op, _ in self.ops}
         self.results: dict[str, dict[int, dict[str, Any]]] = {op: {} for op, _ in self.ops}
         self.errors: dict[int, tuple[str, str]] = {}
+        self.steps: dict[int, str] = {}  # each rank's step as it last reported it
+        self.hung: dict[int, tuple[str, int, float]] = {}  # rank -> (step, order, limit) its watch gave up on
         self.done: set[int] = set()
         self.stage = -1  # -1: init; else index of the op in progress
         self.stage_started = self.session_started = time.monotonic()
@@ -175,6 +184,10 @@ class _Group:
             self.results[message[2]][rank] = message[3]
         elif kind == "error":
             self.errors[rank] = (message[2], message[3])
+        elif kind == "step":
+            self.steps[rank] = message[2]
+        elif kind == "hung":
+            self.hung[rank] = (message[2], message[3], message[4])
         elif kind == "done":
             self.done.add(rank)
 
@@ -206,11 +219,11 @@ class _Group:
             if failures:
                 return failures
         now = time.monotonic()
-        if now - self.session_started > self.spec.timeout_s:
-            return self._describe_timeout(self.spec.timeout_s, "session limit")
+        if now - self.session_started > self.spec.timeout_s + WATCH_MARGIN_S:
+            return self._describe_timeout(self.spec.timeout_s + WATCH_MARGIN_S, "session limit")
         limit = self.spec.init_timeout_s if self.stage == -1 else self.spec.op_timeout_s
-        if limit is not None and now - self.stage_started > limit:
-            return self._describe_timeout(limit, None)
+        if limit is not None and now - self.stage_started > limit + WATCH_MARGIN_S:
+            return self._describe_timeout(limit + WATCH_MARGIN_S, None)
         return None
 
     def _grace(self) -> None:
@@ -226,20 +239,29 @@ class _Group:
                 self.receive(0.1)
             else:
                 time.sleep(0.05)
-            quiet = [r for r, p in enumerate(self.processes) if p.is_alive() and r not in self.errors]
+            quiet = [
+                r for r, p in enumerate(self.processes) if p.is_alive() and r not in self.errors | self.hung.keys()
+            ]
             if not quiet:
                 return
 
     def _phase_of(self, rank: int) -> str:
+        if rank in self.steps and rank not in self.done:
+            return self.steps[rank]
         if rank not in self.ready:
             return "process-group init"
         pending = [op for op, _ in self.ops if rank not in self.results[op]]
         return pending[0] if pending else "shutdown"
 
     def _describe_failures(self) -> str:
+        """The dead first (the likely cause), then the hung from the one furthest behind, then the rest."""
         abrupt, raised = [], []
+        hung = sorted(self.hung.items(), key=lambda item: (item[1][1], item[0]))
+        stuck = [hung_text(self._who(rank), step, limit) for rank, (step, _, limit) in hung]
         for rank, process in enumerate(self.processes):
-            who = f"rank {rank} ({self.spec.rank_device(rank)})"
+            who = self._who(rank)
+            if rank in self.hung:
+                continue
             if rank in self.errors:
                 text = shorten(self.errors[rank][1])
                 exit_text = "" if process.exitcode is None else f", {_proc.describe_exit(process.exitcode)}"
@@ -247,7 +269,10 @@ class _Group:
             elif rank not in self.done and not process.is_alive():
                 exit_text = _proc.describe_exit(process.exitcode)
                 abrupt.append(f"{who} died with {exit_text} during {self._phase_of(rank)}")
-        return "; ".join(abrupt + raised)
+        return "; ".join(abrupt + stuck + raised)
+
+    def _who(self, rank: int) -> str:
+        return f"rank {rank} ({self.spec.rank_device(rank)})"
 
     def _describe_timeout(self, limit: float, which: str | None) -> str:
         never: set[int] = set()
@@ -379,6 +404,7 @@ def plan_ops(spec: CollectiveSpec) -> tuple[list[tuple[str, int]], dict[str, str
 
 def _worker_spec(spec: CollectiveSpec, ops: list[tuple[str, int]], tmpdir: Path) -> WorkerSpec:
     longest = max(spec.timeout_s, spec.op_timeout_s or 0.0, spec.init_timeout_s or 0.0)
+    op_limit = spec.op_timeout_s or spec.timeout_s
     return WorkerSpec(
         backend=spec.backend,
         world_size=spec.world_size,
@@ -389,6 +415,9 @@ def _worker_spec(spec: CollectiveSpec, ops: list[tuple[str, int]], tmpdir: Path)
         pg_timeout_s=longest + 60.0,  # the parent's watchdog always fires first
         devices=spec.devices or tuple(range(spec.world_size)),
         env=tuple(child_env(spec, tmpdir, os.environ).items()),
+        init_limit_s=spec.init_timeout_s or spec.timeout_s,
+        op_limit_s=op_limit,
+        ends_at=time.time() + spec.timeout_s,  # the ranks' watches end their steps by the session limit
     )
 
 

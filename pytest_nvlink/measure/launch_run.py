@@ -25,6 +25,7 @@ from pytest_nvlink.config.suites import Suite
 from pytest_nvlink.config.thresholds import Thresholds
 from pytest_nvlink.core.atomic import write_text_atomically
 from pytest_nvlink.core.placeholders import expand, placeholder_values
+from pytest_nvlink.measure import collectives as local
 from pytest_nvlink.measure import launched, sendrecv
 from pytest_nvlink.measure.collectives import CollectiveSpec
 from pytest_nvlink.measure.launched import Group
@@ -138,11 +139,22 @@ def _entries_failed(entries: Sequence[CollectiveMeasurement | P2PMeasurement]) -
 
 
 def run_collectives_command(info: RankInfo, settings: Settings, out: Path) -> int:
-    group = launched.join(info, collective_spec(settings, info.world_size))
+    """Every rank measures; rank 0 writes ``out``. Should rank 0's own watch give up on a step, it
+    writes ``out`` with that op and every later one failed and exits ``HUNG_EXIT``."""
+
+    def finish(group: Group) -> None:
+        entries = local.entries_for(group.spec, dict(group.measured), group.refused, group.failure, None)
+        _write_json(
+            out, collectives_document(group, settings, stamped(entries, settings, info), launched.nccl_audit(group))
+        )
+        _report(group)
+
+    group = launched.join(info, collective_spec(settings, info.world_size), finish if info.rank == 0 else None)
     entries = stamped(launched.run_collectives(group), settings, info)
     audit = launched.nccl_audit(group)
     code = 1 if group.failure is not None else 0
     if group.is_root:
+        group.reporting()
         _write_json(out, collectives_document(group, settings, entries, audit))
         code = 1 if code or _entries_failed(entries) else 0
     _report(group)
@@ -205,12 +217,15 @@ def _probes(group: Group, gathered: list[Any] | None, own: dict[str, Any] | None
 
 
 def _gather_trays(group: Group, settings: Settings) -> list[rack.TrayProbe]:
+    group.step("probing this tray")
     own = tray_document(group.info, settings, settings.backend) if group.info.local_rank == 0 else None
     gathered: list[Any] | None = None
     if group.state is not None and group.failure is None:
+        group.step("gathering the trays' probes")
         try:
             gathered = launched.gather_json(group, own)
         except Exception as exc:
+            group.reporting()
             group.fail("gathering the trays' probes", exc, time.monotonic())
     if not group.is_root:
         return []
@@ -226,19 +241,24 @@ def _trays_of_ranks(group: Group) -> list[list[int]]:
     return sorted(trays, key=min)
 
 
-def _sendrecv(group: Group, settings: Settings) -> tuple[sendrecv.SendRecvPlan, list[dict[str, Any]] | None]:
+def _pair_plan(group: Group, settings: Settings) -> sendrecv.SendRecvPlan:
     measure = settings.suite.measure
     size = int(settings.thresholds.value("collectives.sendrecv.size_mib", measure.p2p_size_mib)) << 20
     rounds = sendrecv.pair_schedule(_trays_of_ranks(group), settings.cross_peers)
-    plan = sendrecv.SendRecvPlan(size, measure.p2p_iterations, measure.p2p_warmup, tuple(map(tuple, rounds)))
+    return sendrecv.SendRecvPlan(size, measure.p2p_iterations, measure.p2p_warmup, tuple(map(tuple, rounds)))
+
+
+def _sendrecv(group: Group, settings: Settings) -> list[dict[str, Any]] | None:
     results = None
     if group.state is not None and group.failure is None:
         started = time.monotonic()
+        group.step("send/recv pairs")
         try:
-            results = sendrecv.run_sendrecv(group, plan)
+            results = sendrecv.run_sendrecv(group, _pair_plan(group, settings))
         except Exception as exc:
+            group.reporting()
             group.fail("send/recv pairs", exc, started)
-    return plan, results
+    return results
 
 
 def rack_node(group: Group, settings: Settings, probes: list[rack.TrayProbe]) -> tuple[Node, dict[int, int]]:
@@ -254,18 +274,57 @@ def rack_node(group: Group, settings: Settings, probes: list[rack.TrayProbe]) ->
     return node, rack.rank_gpus(trays, local_rank_of, {m.rank: m.gpu_uuid for m in group.members})
 
 
+@dataclass
+class _RackSoFar:
+    """What rank 0 has gathered so far: written as it stands should its own watch give up on a step."""
+
+    probes: list[rack.TrayProbe] | None = None
+    results: list[dict[str, Any]] | None = None
+
+
 def run_rack_command(info: RankInfo, settings: Settings, out_dir: Path) -> int:
-    group = launched.join(info, collective_spec(settings, info.world_size))
-    probes = _gather_trays(group, settings)
+    so_far = _RackSoFar()
+
+    def finish(group: Group) -> None:  # rank 0, from its watch: the hung step and every later one fail
+        entries = local.entries_for(group.spec, dict(group.measured), group.refused, group.failure, None)
+        probes = so_far.probes if so_far.probes is not None else _probes(group, None, None)
+        collectives, audit = stamped(entries, settings, info), launched.nccl_audit(group)
+        _report(group)
+        saved = _save_rack(
+            group, settings, out_dir, probes=probes, collectives=collectives, results=so_far.results, audit=audit
+        )
+        judge(settings, saved, out_dir)
+
+    group = launched.join(info, collective_spec(settings, info.world_size), finish if info.rank == 0 else None)
+    so_far.probes = _gather_trays(group, settings)
     collectives = stamped(launched.run_collectives(group), settings, info)
-    plan, results = _sendrecv(group, settings)
+    so_far.results = _sendrecv(group, settings)
     audit = launched.nccl_audit(group)
     _report(group)
     if not group.is_root:
         launched.leave(group)
         return 1 if group.failure is not None else 0
+    group.reporting()
+    snapshot = _save_rack(
+        group, settings, out_dir, probes=so_far.probes, collectives=collectives, results=so_far.results, audit=audit
+    )
+    launched.leave(group)
+    return judge(settings, snapshot, out_dir)
+
+
+def _save_rack(
+    group: Group,
+    settings: Settings,
+    out_dir: Path,
+    *,
+    probes: list[rack.TrayProbe],
+    collectives: list[CollectiveMeasurement],
+    results: list[dict[str, Any]] | None,
+    audit: NcclAudit | None,
+) -> Path:
+    """Rank 0: the rack snapshot, with what was measured and every figure that was not as an error."""
     node, gpu_of = rack_node(group, settings, probes)
-    pairs = sendrecv.measurements(results, plan, gpu_of, settings.backend, group.failure)
+    pairs = sendrecv.measurements(results, _pair_plan(group, settings), gpu_of, settings.backend, group.failure)
     on_gpus = [_on_gpus(c, gpu_of) for c in with_audit(collectives, audit)]
     node.measurements = Measurements(p2p=pairs, collectives=on_gpus, nccl=audit)
     node.environment = Environment(
@@ -277,8 +336,7 @@ def run_rack_command(info: RankInfo, settings: Settings, out_dir: Path) -> int:
     )
     snapshot = out_dir / RACK_SNAPSHOT
     save_snapshot(node, snapshot)
-    launched.leave(group)
-    return judge(settings, snapshot, out_dir)
+    return snapshot
 
 
 def _on_gpus(entry: CollectiveMeasurement, gpu_of: dict[int, int]) -> CollectiveMeasurement:

@@ -10,10 +10,19 @@ Ranks that a launcher started (``launched.py``) run the same :func:`init_rank` a
 with an ``env://`` rendezvous and a ``send`` that gathers each op's payload to rank 0.
 
 **Fault injection, for tests only.** ``PYTEST_NVLINK_TEST_FAULT`` holds comma-separated faults
-``KIND[:rank=R][:op=OP]`` with KIND one of ``hang`` (block forever), ``crash`` (SIGKILL itself),
-``raise`` (raise RuntimeError) or ``corrupt`` (flip one element of the op's result before the check).
-``op`` is an op name or ``init``; a fault without ``rank`` hits every rank, one without ``op`` hits
-the first op. Only this module reads the variable.
+``KIND[:rank=R][:op=OP][:step=STEP]`` with KIND one of ``hang`` (sleep forever), ``crash`` (SIGKILL
+itself), ``raise`` (raise RuntimeError) or ``corrupt`` (flip one element of the op's result before
+the check). ``op`` is an op name or ``init``; a fault without ``rank`` hits every rank, one without
+``op`` hits the first op. Without ``step`` it strikes before the op's first call; with a step of
+:data:`FAULT_STEPS` (``warmup``, ``check``, ``barrier``, ``timed``, ``after``) it strikes inside that
+step, once the step's first collective call has returned: mid-collective, with the peers in the
+same op. Only this module reads the variable.
+
+**Every step is bounded.** Each rank runs a :class:`~pytest_nvlink.measure.step_watch.StepWatch`:
+init has ``WorkerSpec.init_limit_s``, every step of an op must end within ``op_limit_s`` of the
+op's start, destroy has ``op_limit_s``; none runs past ``ends_at`` (the session's end). A spawned
+rank sends its steps (``("step", rank, text, order)``) and, when one outlives its deadline,
+``("hung", rank, text, order, limit_s)`` before it exits with ``step_watch.HUNG_EXIT``.
 """
 
 from __future__ import annotations
@@ -25,18 +34,17 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any
 
-from pytest_nvlink.measure.busbw import Buffers, buffers_for
+from pytest_nvlink.measure.busbw import Buffers, buffers_for, format_size
+from pytest_nvlink.measure.pattern import ROOT, PatternData
+from pytest_nvlink.measure.step_watch import Step, StepWatch
 
 FAULT_ENV = "PYTEST_NVLINK_TEST_FAULT"
 FAULT_KINDS: tuple[str, ...] = ("hang", "crash", "raise", "corrupt")
-ROOT = 0
-_PERIOD = 13  # fill pattern period; keeps every value a small integer, so float32 sums are exact
-_ALLTOALL_STRIDE = 16
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,54 @@ class WorkerSpec:
     pg_timeout_s: float
     devices: tuple[int, ...] = ()  # CUDA index of each rank (nccl only)
     env: tuple[tuple[str, str], ...] = ()  # set before torch is imported
+    init_limit_s: float = 600.0  # process-group init (the rank's own watch; torch bounds only the store)
+    op_limit_s: float = 600.0  # every step of one op, from the op's start; also destroy
+    ends_at: float | None = None  # time.time() by which every step must end (the parent's session limit)
+
+    def limit_s(self, limit: float) -> float:
+        """``limit``, or less where the session ends sooner."""
+        return limit if self.ends_at is None else max(0.0, min(limit, self.ends_at - time.time()))
+
+
+# The steps of one op, in order (key: words); a rank that is further along this list is ahead.
+OP_STEPS: dict[str, str] = {
+    "start": "before its first call",
+    "warmup": "warmup",
+    "check": "data check",
+    "barrier": "barrier before timing",
+    "timed": "timed iterations",
+    "after": "barrier after timing",
+    "gather": "gathering results to rank 0",
+}
+FAULT_STEPS: tuple[str, ...] = tuple(key for key in OP_STEPS if key != "gather")  # the steps every rank runs
+INIT_STEP = "process-group init"
+DESTROY_STEP = "destroying the process group"
+
+
+def op_where(op: str, size: int, world_size: int) -> str:
+    """``all_gather at 64 KiB``: an op as the steps and the failures name it."""
+    return f"{op} at {format_size(buffers_for(op, size, world_size).size_bytes)}"
+
+
+def op_step(spec: WorkerSpec, op: str, key: str, limit_s: float | None = None) -> Step:
+    index = [name for name, _ in spec.ops].index(op)
+    order = 1 + index * (len(OP_STEPS) + 1) + list(OP_STEPS).index(key)
+    limit = spec.limit_s(spec.op_limit_s) if limit_s is None else limit_s
+    return Step(op_where(op, dict(spec.ops)[op], spec.world_size), OP_STEPS[key], order, limit)
+
+
+def init_step(spec: WorkerSpec) -> Step:
+    return Step(INIT_STEP, "", 0, spec.limit_s(spec.init_limit_s))
+
+
+def final_step(spec: WorkerSpec, what: str) -> Step:
+    """A step after every op (destroy, gathering logs): behind none of them."""
+    return Step(what, "", 1 + len(spec.ops) * (len(OP_STEPS) + 1), spec.limit_s(spec.op_limit_s))
+
+
+def inert_watch() -> StepWatch:
+    """A watch that only remembers the step: for a rank run without one (tests, tools)."""
+    return StepWatch(lambda step: None, lambda step: None, active=False)
 
 
 @dataclass(frozen=True)
@@ -57,6 +113,7 @@ class Fault:
     kind: str
     rank: int | None = None
     op: str | None = None
+    step: str | None = None  # a key of OP_STEPS; None: before the op's first call
 
 
 def parse_faults(text: str) -> list[Fault]:
@@ -67,10 +124,12 @@ def parse_faults(text: str) -> list[Fault]:
         if kind not in FAULT_KINDS:
             raise ValueError(f"{FAULT_ENV}: unknown fault {kind!r} in {entry!r}")
         values = dict(option.split("=", 1) for option in options if "=" in option)
-        if set(values) - {"rank", "op"} or len(values) != len(options):
-            raise ValueError(f"{FAULT_ENV}: expected KIND[:rank=R][:op=OP], got {entry!r}")
+        if set(values) - {"rank", "op", "step"} or len(values) != len(options):
+            raise ValueError(f"{FAULT_ENV}: expected KIND[:rank=R][:op=OP][:step=STEP], got {entry!r}")
+        if values.get("step", "start") not in FAULT_STEPS:
+            raise ValueError(f"{FAULT_ENV}: step must be one of {', '.join(FAULT_STEPS)}, got {entry!r}")
         rank = int(values["rank"]) if "rank" in values else None
-        faults.append(Fault(kind, rank, values.get("op")))
+        faults.append(Fault(kind, rank, values.get("op"), values.get("step")))
     return faults
 
 
@@ -81,67 +140,15 @@ def fault_for(faults: list[Fault], rank: int, op: str, first_op: str) -> Fault |
     return None
 
 
-def _inject(fault: Fault | None) -> None:
+def _inject(fault: Fault | None, watch: StepWatch) -> None:
     if fault is None or fault.kind == "corrupt":
         return
-    if fault.kind == "hang":
+    if fault.kind == "hang":  # sleeps forever: only the step watch (or the parent's kill) ends it
         threading.Event().wait()
     if fault.kind == "crash":
+        watch.settle()  # the step it dies in is published first, as a rank killed mid-step would have done
         os.kill(os.getpid(), signal.SIGKILL)
     raise RuntimeError(f"injected fault {fault.kind}")
-
-
-# --- fills and checks: integer-valued float32, so every expected value is exact ---------------
-
-
-class PatternData:
-    """Deterministic per-rank inputs and exact expected outputs (like nccl-tests' -c check)."""
-
-    def __init__(self, torch: Any, device: Any, rank: int, n: int) -> None:
-        self.torch, self.device, self.rank, self.n = torch, device, rank, n
-
-    def pattern(self, numel: int, salt: int, chunk: int | None = None) -> Any:
-        index = self.torch.arange(numel, device=self.device, dtype=self.torch.int64)
-        if chunk is not None:
-            index = index % chunk
-        return (index % _PERIOD + salt).to(self.torch.float32)
-
-    def alltoall(self, numel: int, chunk: int, sender: int | None) -> Any:
-        """Input of ``sender`` (None: the expected output on this rank)."""
-        index = self.torch.arange(numel, device=self.device, dtype=self.torch.int64)
-        peer = index // chunk
-        src, dst = (peer, self.rank) if sender is None else (sender, peer)
-        return (index % chunk % _PERIOD + _ALLTOALL_STRIDE * (src * self.n + dst + 1)).to(self.torch.float32)
-
-    def fill(self, op: str, buffers: Buffers, send: Any) -> None:
-        rank, numel, chunk = self.rank, buffers.send_numel, buffers.chunk_numel
-        if op == "broadcast" and rank != ROOT:
-            send.fill_(-1.0)
-        elif op == "broadcast":
-            send.copy_(self.pattern(numel, ROOT + 1))
-        elif op == "all_to_all":
-            send.copy_(self.alltoall(numel, chunk, rank))
-        else:
-            send.copy_(self.pattern(numel, rank + 1))
-
-    def expected(self, op: str, buffers: Buffers) -> Any:
-        n, rank, numel, chunk = self.n, self.rank, buffers.recv_numel, buffers.chunk_numel
-        total = n * (n + 1) // 2
-        if op == "all_reduce":
-            return self.pattern(numel, 0) * n + total
-        if op == "all_gather":
-            index = self.torch.arange(numel, device=self.device, dtype=self.torch.int64)
-            return self.pattern(numel, 1, chunk) + (index // chunk).to(self.torch.float32)
-        if op == "reduce_scatter":
-            full = self.pattern(chunk * n, 0) * n + total
-            return full[rank * chunk : (rank + 1) * chunk]
-        if op == "broadcast":
-            return self.pattern(numel, ROOT + 1)
-        if op == "all_to_all":
-            return self.alltoall(numel, chunk, None)
-        if op == "sendrecv":
-            return self.pattern(numel, (rank - 1) % n + 1)
-        raise ValueError(f"unknown collective {op!r}")
 
 
 # --- the ops ---------------------------------------------------------------------------------
@@ -194,42 +201,74 @@ class _Rank:
     rank: int
     device: Any
     gpu_uuid: str | None = None  # the GPU this rank opened (NCCL), as the driver names it
+    watch: StepWatch = field(default_factory=inert_watch)  # this rank's current step and its deadline
 
     def sync(self) -> None:
         if self.spec.backend == "nccl":
             self.torch.cuda.synchronize(self.device)
 
-    def run(self, op: str, size: int, corrupt: bool) -> dict[str, Any]:
-        torch, n = self.torch, self.spec.world_size
-        buffers = buffers_for(op, size, n)
+    def run(self, op: str, size: int, fault: Fault | None) -> dict[str, Any]:
+        """One op: warmup, data check, timed iterations; every step announced to the watch, within the op's limit."""
+        n = self.spec.world_size
+        limit = self.spec.limit_s(self.spec.op_limit_s)
+        deadline = self.watch.deadline_in(limit)
+
+        def enter(key: str) -> None:
+            self.watch.begin(op_step(self.spec, op, key, limit), deadline)
+
+        def strike(key: str) -> None:
+            if fault is not None and fault.step == key:
+                _inject(fault, self.watch)
+
+        enter("start")
+        if fault is not None and fault.step in (None, "start"):
+            _inject(fault, self.watch)
+        return self._measure(op, buffers_for(op, size, n), enter, strike, fault is not None and fault.kind == "corrupt")
+
+    def _measure(
+        self, op: str, buffers: Buffers, enter: Callable[[str], None], strike: Callable[[str], None], corrupt: bool
+    ) -> dict[str, Any]:
+        torch = self.torch
         send = torch.empty(buffers.send_numel, dtype=torch.float32, device=self.device)
         in_place = op in ("all_reduce", "broadcast")
         recv = send if in_place else torch.empty(buffers.recv_numel, dtype=torch.float32, device=self.device)
         call = _call(self.dist, op, send, recv)
-        data = PatternData(torch, self.device, self.rank, n)
+        data = PatternData(torch, self.device, self.rank, self.spec.world_size)
+        enter("warmup")
         data.fill(op, buffers, send)
-        for _ in range(self.spec.warmup):
+        for index in range(self.spec.warmup):
             call()
+            if index == 0:
+                strike("warmup")
+        enter("check")
         data.fill(op, buffers, send)
         call()
+        strike("check")
         self.sync()
         if corrupt:
             recv.view(-1)[0] += 1
-        correct = bool(torch.equal(recv, data.expected(op, buffers)))
+        correct = data.matches(op, buffers, recv)
         if op == "all_reduce":
             send.zero_()  # in-place sums of zeros stay exact however many iterations run
-        mean_s = self._timed(call)
+        mean_s = self._timed(call, enter, strike)
         return {"op": op, "size_bytes": buffers.size_bytes, "mean_s": mean_s, "correct": correct}
 
-    def _timed(self, call: Callable[[], None]) -> float:
+    def _timed(self, call: Callable[[], None], enter: Callable[[str], None], strike: Callable[[str], None]) -> float:
+        enter("barrier")
         self.dist.barrier()
+        strike("barrier")
         self.sync()
+        enter("timed")
         start = time.perf_counter()
-        for _ in range(self.spec.iterations):
+        for index in range(self.spec.iterations):
             call()
+            if index == 0:
+                strike("timed")
         self.sync()
         elapsed = time.perf_counter() - start
+        enter("after")
         self.dist.barrier()
+        strike("after")
         return elapsed / self.spec.iterations
 
 
@@ -294,19 +333,24 @@ class RankFailed(Exception):
         self.phase = phase
 
 
-def init_rank(rank: int, spec: WorkerSpec, local_rank: int | None = None) -> _Rank:
+def init_rank(rank: int, spec: WorkerSpec, local_rank: int | None = None, watch: StepWatch | None = None) -> _Rank:
     """Join the process group (``spec.init_method``), honouring an injected ``init`` fault.
 
     ``local_rank`` is given for a rank a launcher started: its CUDA device under NCCL is then picked
-    by :func:`visible_device`; spawned ranks take ``spec.devices[rank]``. Raises :class:`RankFailed`.
+    by :func:`visible_device`; spawned ranks take ``spec.devices[rank]``. ``watch`` bounds init by
+    ``spec.init_limit_s`` (torch does not bound NCCL's eager init). Raises :class:`RankFailed`.
     """
+    watch = watch or inert_watch()
     try:
+        watch.begin(init_step(spec))
         faults = parse_faults(os.environ.get(FAULT_ENV, ""))
         first_op = spec.ops[0][0] if spec.ops else "init"
-        _inject(fault_for(faults, rank, "init", first_op))
-        return _init(rank, spec, local_rank)
+        _inject(fault_for(faults, rank, "init", first_op), watch)
+        state = _init(rank, spec, local_rank)
     except BaseException as exc:
         raise RankFailed("init", exc) from exc
+    state.watch = watch
+    return state
 
 
 def run_ops(state: _Rank, send: Send) -> None:
@@ -319,31 +363,56 @@ def run_ops(state: _Rank, send: Send) -> None:
         for op, size in spec.ops:
             phase = op
             fault = fault_for(faults, rank, op, first_op)
-            _inject(fault)
             send(("start", rank, op))
-            payload = state.run(op, size, corrupt=fault is not None and fault.kind == "corrupt")
+            payload = state.run(op, size, fault)
             send(("result", rank, op, payload))
     except BaseException as exc:
         raise RankFailed(phase, exc) from exc
 
 
+def _locked(conn: Connection) -> tuple[Send, Send]:
+    """``send`` for the rank's threads (one pipe, one writer at a time), and a bounded one for the hung report."""
+    lock = threading.Lock()
+
+    def send(message: tuple[Any, ...]) -> None:
+        with lock:
+            conn.send(message)
+
+    def send_if_free(message: tuple[Any, ...]) -> None:
+        if lock.acquire(timeout=5.0):
+            try:
+                conn.send(message)
+            finally:
+                lock.release()
+
+    return send, send_if_free
+
+
 def worker_main(conn: Connection, rank: int, spec: WorkerSpec) -> None:
     """Entry point of one spawned rank."""
     os.environ.update(dict(spec.env))
+    send, send_if_free = _locked(conn)
+    watch = StepWatch(
+        lambda step: send(("step", rank, step.text, step.order)),
+        lambda step: send_if_free(("hung", rank, step.text, step.order, step.limit_s)),
+    )
     try:
-        state = init_rank(rank, spec)
-        conn.send(("ready", rank))
-        run_ops(state, conn.send)
+        state = init_rank(rank, spec, watch=watch)
+        send(("ready", rank))
+        run_ops(state, send)
         try:
+            watch.begin(final_step(spec, DESTROY_STEP))
             state.dist.destroy_process_group()
         except BaseException as exc:
             raise RankFailed("shutdown", exc) from exc
-        conn.send(("done", rank))
+        watch.close()
+        send(("done", rank))
     except BaseException as exc:
+        watch.close()
         phase = exc.phase if isinstance(exc, RankFailed) else "init"
         cause = exc.__cause__ if isinstance(exc, RankFailed) and exc.__cause__ is not None else exc
         with contextlib.suppress(OSError, ValueError):
-            conn.send(("error", rank, phase, f"{type(cause).__name__}: {cause}", traceback.format_exc()))
+            send_if_free(("error", rank, phase, f"{type(cause).__name__}: {cause}", traceback.format_exc()))
             conn.close()
         os._exit(1)  # skip interpreter teardown, which can block on a broken process group
     conn.close()
