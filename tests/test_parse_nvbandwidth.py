@@ -109,3 +109,18 @@ def test_short_row_names_the_line() -> None:
 def test_not_nvbandwidth() -> None:
     with pytest.raises(ParseError, match="nvbandwidth"):
         nvbandwidth.parse("hello\n")
+
+
+def test_a_sum_line_that_is_not_the_sum_of_its_cells_is_noted() -> None:
+    text = (
+        "Running device_to_device_memcpy_write_ce.\n"
+        "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)\n"
+        "           0         1\n"
+        " 0       N/A    389.10\n"
+        " 1    389.20       N/A\n"
+        "\n"
+        "SUM device_to_device_memcpy_write_ce 778.30\n"
+    )
+    assert nvbandwidth.parse(text).notes == ()
+    (note,) = nvbandwidth.parse(text.replace("389.20", "339.20")).notes
+    assert note[0] == 7 and "SUM device_to_device_memcpy_write_ce 778.3 is not the sum of its 2 cells (728.30)" in note[1]

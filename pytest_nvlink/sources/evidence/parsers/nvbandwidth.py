@@ -130,6 +130,7 @@ class _Builder:
     versions: dict[str, str] = field(default_factory=dict)
     waived: list[str] = field(default_factory=list)
     sums: dict[str, float] = field(default_factory=dict)
+    sum_lines: dict[str, int] = field(default_factory=dict)
     notes: list[tuple[int, str]] = field(default_factory=list)
     processes: dict[int, ProcessDevice] = field(default_factory=dict)
     aborted: dict[str, str] = field(default_factory=dict)
@@ -154,6 +155,7 @@ def parse(text: str) -> NvbandwidthResult:
             pending.matrix, index = _read_matrix(lines, index, line)
         elif match := _SUM.fullmatch(line):
             out.sums[match.group(1)] = _number(match.group(2), lines[index - 1], index)
+            out.sum_lines[match.group(1)] = index
             if pending is not None and pending.unnamed:
                 pending.name = match.group(1)  # newer versions: the name may survive only on the SUM line
         elif pending is not None and pending.title is None and line.startswith("Waived"):
@@ -171,6 +173,7 @@ def parse(text: str) -> NvbandwidthResult:
     if not out.testcases and not out.waived and not out.aborted:
         raise ParseError("expected nvbandwidth output ('Running <testcase>.' followed by a matrix); none found", 0)
     testcases = {name: _with_total(case, out.sums.get(name)) for name, case in out.testcases.items()}
+    out.notes.extend(_sums_that_disagree(testcases, out.sum_lines))
     return NvbandwidthResult(
         testcases,
         out.devices,
@@ -184,6 +187,26 @@ def parse(text: str) -> NvbandwidthResult:
 
 
 _UNNAMED = "unnamed testcase at line "
+
+
+def _sums_that_disagree(testcases: dict[str, Testcase], sum_lines: dict[str, int]) -> list[tuple[int, str]]:
+    """SUM lines that are not the sum of their matrix's cells: a cell or the SUM line was damaged.
+
+    Cells are printed to two decimals, so the sum may differ from SUM by up to 0.005 per cell.
+    """
+    notes = []
+    for name, case in testcases.items():
+        cells = [value for value in case.matrix.values() if value is not None]
+        if case.total is None or abs(sum(cells) - case.total) <= 0.01 * len(cells) + 0.01:
+            continue
+        notes.append(
+            (
+                sum_lines.get(name, 0),
+                f"SUM {name} {case.total:g} is not the sum of its {len(cells)} cells ({sum(cells):.2f}): "
+                "a cell or the SUM line is damaged",
+            )
+        )
+    return notes
 
 
 def _part_of(title: re.Match[str]) -> str | None:
