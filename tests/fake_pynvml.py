@@ -97,6 +97,7 @@ def make_fake_pynvml(
     fabric_versions: Iterable[int] = (C["nvmlGpuFabricInfo_v2"], C["nvmlGpuFabricInfo_v3"]),
     architectures: Mapping[int, int] | None = None,
     no_xid_events: Iterable[int] = (),
+    remote_bus_ids: Mapping[str, str] | None = None,
 ) -> types.ModuleType:
     """A module that behaves like ``pynvml`` on the machine ``node`` describes.
 
@@ -106,7 +107,9 @@ def make_fake_pynvml(
     ``architectures`` maps node GPU indices to the ``NVML_DEVICE_ARCH_*`` they answer. ``nvml_order``
     lists node GPU indices in NVML enumeration order. ``lost_gpus`` are node GPU indices whose calls
     raise GpuIsLost. ``no_xid_events`` are node GPU indices whose driver offers no Xid events (a VM,
-    MIG); ``module.queue_xid(gpu, xid)`` queues an Xid that the next event wait delivers.
+    MIG); ``module.queue_xid(gpu, xid)`` queues an Xid that the next event wait delivers. ``remote_bus_ids``
+    maps a GPU's bus id to the one its peers' NVLinks report as their far end (a VM guest, whose bus ids the
+    hypervisor remapped, sees the host's there).
     The fake's state is ``module.fake_state``; ``module.add_traffic`` / ``add_copy`` advance the
     traffic counters and ``module.inject_error`` makes a function fail.
     """
@@ -130,6 +133,7 @@ def make_fake_pynvml(
         fabric_versions=fabric_versions,
         architectures=architectures,
         no_xid_events=no_xid_events,
+        remote_bus_ids=remote_bus_ids,
     )
     module = types.ModuleType("pynvml", "Fake pynvml (tests/fake_pynvml.py)")
     module.__dict__.update(CONSTANTS)
