@@ -62,7 +62,7 @@ def gpu_mig(ctx: Context, gpu: Gpu) -> Verdict:
         reason = ctx.node.unknown_reason(f"gpu{index}.mig_mode", "the source does not report it")
         return unknown(f"the MIG mode of GPU {index}", reason, props)
     if gpu.mig_mode_current != wanted:
-        after = " (the pending mode applies at the next GPU reset)" if gpu.mig_mode_pending == wanted else ""
+        after = f" ({wanted} is pending: a GPU reset applies it)" if gpu.mig_mode_pending == wanted else ""
         return failed(
             f"GPU {index}: MIG mode is {gpu.mig_mode_current}{after}, but {threshold.where()} = "
             f"{threshold.value!r} requires it {wanted}; {_consequence(wanted, index)}",
