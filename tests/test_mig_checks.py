@@ -6,6 +6,7 @@ nvidia-smi -q evidence of the same node must give the same verdict as the live p
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -19,7 +20,7 @@ from pytest_nvlink.config.thresholds import load_thresholds
 from pytest_nvlink.config.values import ConfigError
 from pytest_nvlink.judges import mig
 from pytest_nvlink.judges.context import Context
-from pytest_nvlink.model import Node, P2PStatus
+from pytest_nvlink.model import Node, P2PMeasurement, P2PStatus, TransportChannel
 from pytest_nvlink.model.document import SnapshotError, save_snapshot
 from pytest_nvlink.sources.evidence.load import load_evidence
 from pytest_nvlink.sources.evidence.parsers.common import ParseError
@@ -271,4 +272,53 @@ def test_smi_query_evidence_gives_the_live_verdict(pytester: pytest.Pytester, li
     from_evidence = _run(pytester, f"--nvlink-thresholds={site}", f"--nvlink-evidence={evidence}", "-k", "gpu_mig")
     assert from_evidence == from_live
     assert from_live["test_gpu_mig[gpu2]"][0] == "failure"
-    assert "MIG mode is enabled (disabled is pending: a GPU reset applies it), but" in from_live["test_gpu_mig[gpu2]"][1]
+    assert (
+        "MIG mode is enabled (disabled is pending: a GPU reset applies it), but" in from_live["test_gpu_mig[gpu2]"][1]
+    )
+
+
+# --- every P2P and collective failure on a MIG GPU names MIG first ------------------------------------
+
+
+def _figure(node: Node, src: int, dst: int, kind: str) -> P2PMeasurement:
+    return next(m for m in node.measurements.p2p if (m.src, m.dst, m.kind) == (src, dst, kind))
+
+
+def test_a_slow_p2p_figure_and_a_failed_path_proof_name_mig_first() -> None:
+    from pytest_nvlink.judges.bandwidth import p2p_figure, path_proof
+
+    node = _node()
+    slow = _figure(node, 2, 3, "unidirectional")
+    slow.value = 20.0
+    verdict = p2p_figure(_context(node), 2, 3, "unidirectional", slow)
+    assert verdict.outcome is Outcome.FAIL
+    assert (
+        "likely cause: GPU 2 is in MIG mode" in verdict.message and "; otherwise 20 GB/s is a PCIe" in verdict.message
+    )
+    proof = dataclasses.replace(_figure(node, 2, 3, "unidirectional"), nvlink_bytes=0, pcie_bytes=slow.bytes_copied)
+    verdict = path_proof(_context(node), 2, 3, proof)
+    assert verdict.outcome is Outcome.FAIL and "silent PCIe fallback" in verdict.message
+    assert "; likely cause: GPU 2 is in MIG mode" in verdict.message
+    assert verdict.message.endswith("otherwise check P2P status, Fabric Manager and VM passthrough of NVLink")
+    healthy = p2p_figure(_context(node), 0, 1, "unidirectional", dataclasses.replace(slow, src=0, dst=1))
+    assert healthy.outcome is Outcome.FAIL and "MIG" not in healthy.message  # no GPU of the pair in MIG mode
+
+
+def test_nccl_transport_and_collective_failures_name_the_mig_gpu() -> None:
+    from pytest_nvlink.judges.collectives import collective, nccl_transport
+
+    node = _node(enabled=(6,))
+    audit = node.measurements.nccl
+    assert audit is not None
+    audit.channels.append(TransportChannel(7, 2, 2, 6, 6, "SHM", "SHM/direct/direct"))
+    verdict = nccl_transport(_context(node), audit)
+    assert verdict.outcome is Outcome.FAIL
+    assert (
+        "likely cause: GPU 6 is in MIG mode" in verdict.message
+        and "; otherwise NCCL could not use P2P" in verdict.message
+    )
+    results = node.measurements.collectives
+    for result in results:
+        result.busbw_gbps = 1.0
+    verdict = collective(_context(node), "all_reduce", results)
+    assert verdict.outcome is Outcome.FAIL and "likely cause: GPU 6 is in MIG mode" in verdict.message
