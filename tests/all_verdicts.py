@@ -67,9 +67,14 @@ def all_verdicts(node: Node, suite_name: str) -> dict[str, Outcome]:
     ctx = Context(node, suite, load_thresholds(suite.thresholds_ref))
     provider = RecordedMeasurements(node)
     fixtures: dict[str, Any] = {"nvlink_context": ctx, "nvlink_measurements": provider}
+    mig_required = ctx.thresholds.value("inventory.mig")
     outcomes: dict[str, Outcome] = {}
     for name, function in _checks():
         arguments = list(inspect.signature(function).parameters)
+        if "nvlink_mig_required" in arguments:
+            if mig_required is None:
+                continue  # the plugin collects test_gpu_mig only where the set gives inventory.mig
+            fixtures["nvlink_mig_required"] = mig_required
         varying = [a for a in arguments if a not in fixtures and a not in ("nvlink_judge", "nvlink_check")]
         cases = _params(ctx, varying[0]) if varying else [("", None)]
         for case_id, value in cases:

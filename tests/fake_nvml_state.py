@@ -28,6 +28,7 @@ from fake_nvml_api import (
 )
 from fake_nvml_c2c import C2C_FIELDS, c2c_field
 from fake_nvml_events import EventsMixin
+from fake_nvml_mig import MigMixin
 
 from pytest_nvlink.model import FabricInfo, Gpu, Node, NvLinkInfo, normalize_pci_bus_id, nvlink_count_of_path
 
@@ -126,7 +127,7 @@ _NO_INIT = {"nvmlInit", "nvmlInitWithFlags", "nvmlExceptionClass", "nvmlErrorStr
 _LOST_OK = {"nvmlDeviceGetHandleByIndex", "nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v3"}
 
 
-class FakeNvml(EventsMixin):
+class FakeNvml(EventsMixin, MigMixin):
     """The state behind one fake module. Public ``nvml*`` methods become the module's functions."""
 
     def __init__(
@@ -153,6 +154,7 @@ class FakeNvml(EventsMixin):
         architectures: Mapping[int, int] | None = None,
         no_xid_events: Iterable[int] = (),
         field_errors: Mapping[int, int] | None = None,
+        remote_bus_ids: Mapping[str, str] | None = None,
     ) -> None:
         self.node = node if node is not None else Node(source="fake")
         by_index = {gpu.index: gpu for gpu in self.node.gpus}
@@ -172,6 +174,8 @@ class FakeNvml(EventsMixin):
         self.pcie_levels = dict(pcie_levels or {})
         self.pcie_counter_bits = pcie_counter_bits
         self.remote_bus_id_junk = remote_bus_id_junk
+        # A VM guest: the bus id a link's far end reports (the host's) for each guest bus id that differs.
+        self.remote_bus_ids = dict(remote_bus_ids or {})
         # (fieldId, scopeId or None for any) -> the raw value NVML would answer, bypassing the
         # fake's own encoding of the node: tests anchor units on values documented elsewhere.
         self.raw_fields = dict(raw_fields or {})
@@ -475,7 +479,8 @@ class FakeNvml(EventsMixin):
         if info.remote_pci_bus_id is None and self.node.unknown_reasons.get(key, "").startswith("NVML: "):
             raise NVMLError(self._unknown(key, C["NVML_ERROR_UNKNOWN"]))
         device_id = _NVSWITCH_DEVICE_ID if info.remote_type == "switch" else _H100_SXM_DEVICE_ID
-        pci = _pci_info(info.remote_pci_bus_id, device_id, None)
+        remote = self.remote_bus_ids.get(info.remote_pci_bus_id or "", info.remote_pci_bus_id)
+        pci = _pci_info(remote, device_id, None)
         if info.remote_pci_bus_id is None:
             pci.busId = self.remote_bus_id_junk  # VM guests: the far end is not visible
         return pci

@@ -99,6 +99,7 @@ def make_fake_pynvml(
     architectures: Mapping[int, int] | None = None,
     no_xid_events: Iterable[int] = (),
     field_errors: Mapping[int, int] | None = None,
+    remote_bus_ids: Mapping[str, str] | None = None,
 ) -> types.ModuleType:
     """A module that behaves like ``pynvml`` on the machine ``node`` describes.
 
@@ -111,6 +112,8 @@ def make_fake_pynvml(
     MIG); ``module.queue_xid(gpu, xid)`` queues an Xid that the next event wait delivers.
     ``field_errors`` maps field ids to the NVML error their entries answer. C2C fields answer from
     ``Gpu.c2c`` (a Grace GPU), NotSupported where the node has none (a PCIe host).
+    ``remote_bus_ids`` maps a GPU's bus id to the one its peers' NVLinks report as their far end (a VM
+    guest, whose bus ids the hypervisor remapped, sees the host's there).
     The fake's state is ``module.fake_state``; ``module.add_traffic`` / ``add_copy`` advance the
     traffic counters (with ``counter_refresh_s``, reads see them, and their timestamps move, only at
     the driver's refresh: the first read that long after the previous refresh) and
@@ -138,6 +141,7 @@ def make_fake_pynvml(
         architectures=architectures,
         no_xid_events=no_xid_events,
         field_errors=field_errors,
+        remote_bus_ids=remote_bus_ids,
     )
     module = types.ModuleType("pynvml", "Fake pynvml (tests/fake_pynvml.py)")
     module.__dict__.update(CONSTANTS)

@@ -22,6 +22,7 @@ from pytest_nvlink.sources.live.counters import (
     traffic_delta,
 )
 from pytest_nvlink.sources.live.fields import NVLINK_VERSION_TO_GENERATION, bus_id_of
+from pytest_nvlink.sources.live.mig import NO_MIG_NOTE
 from pytest_nvlink.sources.live.probe import (
     LIBRARY_NOT_FOUND,
     cuda_version_text,
@@ -41,7 +42,17 @@ NOT_SUPPORTED = 3
 def snapshot(name: str = "h100-8gpu-healthy.json") -> Node:
     node = load_snapshot(SNAPSHOTS / name)
     _drop_campaign_facts(node)  # recorded around the measurement campaign, never by the probe
-    return _health_decoded(node)
+    return _mig_as_probed(_health_decoded(node))
+
+
+def _mig_as_probed(node: Node) -> Node:
+    """The shipped snapshots predate MIG mode: the fake answers NotSupported for a GPU whose node records
+    none (as a GPU without MIG does), which the probe records as disabled with its note."""
+    for gpu in node.gpus:
+        if gpu.mig_mode_current is None and f"gpu{gpu.index}.mig_mode" not in node.unknown_reasons:
+            gpu.mig_mode_current = gpu.mig_mode_pending = "disabled"
+            node.unknown_reasons[f"gpu{gpu.index}.mig_mode"] = NO_MIG_NOTE
+    return node
 
 
 @pytest.fixture

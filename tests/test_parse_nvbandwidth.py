@@ -123,4 +123,5 @@ def test_a_sum_line_that_is_not_the_sum_of_its_cells_is_noted() -> None:
     )
     assert nvbandwidth.parse(text).notes == ()
     (note,) = nvbandwidth.parse(text.replace("389.20", "339.20")).notes
-    assert note[0] == 7 and "SUM device_to_device_memcpy_write_ce 778.3 is not the sum of its 2 cells (728.30)" in note[1]
+    assert note[0] == 7
+    assert "SUM device_to_device_memcpy_write_ce 778.3 is not the sum of its 2 cells (728.30)" in note[1]

@@ -52,6 +52,7 @@ NOT_BOUNDS: dict[str, str] = {
     "fabric.required": "a switch (the fabric check applies or not), not a figure with a boundary",
     "fabric.clique_required": "a switch (the rack clique check applies or not), not a figure with a boundary",
     "xid.fail": "a list of Xid numbers (membership, tests/test_xid.py), not a figure with a boundary",
+    "inventory.mig": 'a mode, "off" or "on" (tests/test_mig_checks.py), not a figure with a boundary',
     **{
         f"collectives.{op}.assumes_nvls": "chooses the likely cause a failing collective names; it moves no verdict"
         for op in COLLECTIVE_OPS

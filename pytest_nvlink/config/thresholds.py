@@ -66,6 +66,11 @@ def _xid_list(value: Any) -> str | None:
     return f"Xid {repeated[0]} is listed twice" if repeated else None
 
 
+def _mig_required(value: Any) -> str | None:
+    """``inventory.mig``: "off" (no GPU in MIG mode, which has no P2P) or "on" (a node kept partitioned)."""
+    return None if value in ("off", "on") else f'expected "off" or "on", got {value!r}'
+
+
 _XID = _int_range(1, 65_535)  # NVIDIA's Xid catalogue numbers them from 1 (173 in R580); the room is generous
 
 
@@ -87,6 +92,8 @@ THRESHOLD_SCHEMA: dict[str, Check] = {
     "p2p.nvlink_counter_fraction_max": _number(1.0, 100.0, low_allowed=True),
     # Which Xid numbers, seen during the run (NVML events, a kernel log), fail the GPU they name.
     "xid.fail": _xid_list,
+    # Optional: the MIG mode every GPU must have, now and after its next reset (judges/mig.py); absent, none is.
+    "inventory.mig": _mig_required,
 }
 for _counter in ALL_ERROR_COUNTER_NAMES:
     THRESHOLD_SCHEMA[error_total_key(_counter)] = _COUNT

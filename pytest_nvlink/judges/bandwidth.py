@@ -15,6 +15,7 @@ from typing import cast
 
 from pytest_nvlink.config.thresholds import Threshold
 from pytest_nvlink.judges.context import Context, pair_properties
+from pytest_nvlink.judges.mig import mig_cause, mig_note, with_mig_cause
 from pytest_nvlink.model import WRONG_DATA, P2PMeasurement
 from pytest_nvlink.verdict import PassedLater, Verdict, failed, measured_properties, unknown
 
@@ -58,6 +59,7 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
         )
     if m is None or value is None:
         reason = (m.error if m is not None and m.error else None) or "no measurement recorded"
+        reason += mig_note(ctx.node, (src, dst))
         what = f"the {kind} P2P {_what(kind)} GPU {src} -> GPU {dst}"
         return unknown(what, reason, _figure_props(ctx, (src, dst), kind, m, threshold))
     if not 0 < value < math.inf:  # NaN, infinity, a figure of no time: a broken timing must not pass a bound
@@ -83,7 +85,8 @@ def p2p_figure(ctx: Context, src: int, dst: int, kind: str, m: P2PMeasurement | 
         shown += f" ({m.source})"  # figures read from files: which file to open; with several, the worst figure's
     return failed(
         f"GPU {src} -> GPU {dst}: {_label(kind)} {shown}, {word} {threshold.value} {unit} "
-        f"({threshold.where()}); likely cause: {_bandwidth_cause(ctx, src, dst, kind, value)}",
+        f"({threshold.where()}); likely cause: "
+        f"{with_mig_cause(ctx.node, (src, dst), _bandwidth_cause(ctx, src, dst, kind, value))}",
         props,
         badness=value if comparison == "min" else -value,
     )
@@ -304,6 +307,7 @@ def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Ve
         return unknown(
             f"which path GPU {src} -> GPU {dst} used",
             (note or "no traffic counters recorded")
+            + mig_note(ctx.node, (src, dst))
             + "; to accept bandwidth alone, waive the proof with a reason in a site threshold file: [waive] "
             '"p2p.nvlink_counter_fraction_min" = "why the counters cannot be read here"',
             _proof_props(ctx, (src, dst), m, bounds),
@@ -323,10 +327,12 @@ def path_proof(ctx: Context, src: int, dst: int, m: P2PMeasurement | None) -> Ve
     fallback = (
         "silent PCIe fallback" if pcie is not None and copied and pcie >= 0.5 * copied else "bytes bypassed NVLink"
     )
+    advice = "check P2P status, Fabric Manager and VM passthrough of NVLink"
+    mig = mig_cause(ctx.node, (src, dst))
     return failed(
         f"GPU {src} -> GPU {dst}: {fallback} — NVLink counters moved {_gb(nvlink)} of {_gb(copied)} copied "
-        f"({fraction:.0%}){pcie_text}, expected >= {threshold.value:.0%} ({threshold.where()}); check P2P "
-        "status, Fabric Manager and VM passthrough of NVLink",
+        f"({fraction:.0%}){pcie_text}, expected >= {threshold.value:.0%} ({threshold.where()}); "
+        + (advice if mig is None else f"likely cause: {mig}; otherwise {advice}"),
         _proof_props(ctx, (src, dst), m, bounds),
         badness=fraction,
     )

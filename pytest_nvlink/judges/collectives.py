@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from pytest_nvlink.judges.context import Context
+from pytest_nvlink.judges.mig import mig_note, with_mig_cause
 from pytest_nvlink.model import CollectiveMeasurement, NcclAudit, TransportChannel
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, not_applicable, passed, unknown
 
@@ -62,8 +63,12 @@ def collective(ctx: Context, op: str, results: list[CollectiveMeasurement]) -> V
     if m is not None and m.correct is False and m.busbw_gbps is None:
         # Evidence of a run that gave no figure at all (hung or killed): a failure, not missing evidence.
         return failed(
-            f"{op}: {m.error or 'the run produced no result'}; likely cause: NCCL hung (a link, NVSwitch or "
-            "P2P fault) — rerun with NCCL_DEBUG=INFO and check dmesg for Xid errors",
+            f"{op}: {m.error or 'the run produced no result'}; likely cause: "
+            + with_mig_cause(
+                ctx.node,
+                _ranks_gpus(ctx, m),
+                "NCCL hung (a link, NVSwitch or P2P fault) — rerun with NCCL_DEBUG=INFO and check dmesg for Xid errors",
+            ),
             props,
         )
     if m is None or m.error or m.busbw_gbps is None:
@@ -106,7 +111,8 @@ def collective(ctx: Context, op: str, results: list[CollectiveMeasurement]) -> V
         return passed(f"{op}: busbw {m.busbw_gbps:.1f} GB/s over {_ranks_text(m)}{note}", props)
     return failed(
         f"{op}: busbw {m.busbw_gbps:.1f} GB/s over {m.world_size} ranks{note}, below "
-        f"{threshold.value} GB/s ({threshold.where()}); likely cause: {_collective_cause(ctx, op, m)}",
+        f"{threshold.value} GB/s ({threshold.where()}); likely cause: "
+        f"{with_mig_cause(ctx.node, _ranks_gpus(ctx, m), _collective_cause(ctx, op, m))}",
         props,
     )
 
@@ -200,7 +206,8 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
     props += [("channels", str(len(audit.channels))), ("nvls_available", str(audit.nvls_available))]
     props += [(f"env_{k}", v) for k, v in sorted(audit.env.items())]
     if audit.p2p_disabled_warnings:
-        return failed(f"NCCL reports P2P disabled: {audit.p2p_disabled_warnings[0]}{_env_note(audit)}", props)
+        mig = mig_note(ctx.node, _channel_gpus(audit.channels) or range(ctx.suite.gpu_count))
+        return failed(f"NCCL reports P2P disabled: {audit.p2p_disabled_warnings[0]}{_env_note(audit)}{mig}", props)
     if rack:  # the rack judges are imported only for rack suites
         from pytest_nvlink.judges.rack import rack_transport
 
@@ -216,7 +223,8 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
         return failed(
             f"NCCL used {bad[0].transport} instead of NVLink P2P on {len(bad)} channel(s): "
             f"{'; '.join(pairs[:4])}{' …' if len(pairs) > 4 else ''}{_env_note(audit)}; expected P2P or NVLS "
-            f"between GPUs the suite expects on NVLink ({key}); likely cause: {_transport_cause(first.transport)}",
+            f"between GPUs the suite expects on NVLink ({key}); likely cause: "
+            f"{with_mig_cause(ctx.node, _channel_gpus(bad), _transport_cause(first.transport))}",
             props,
         )
     if audit.last_warn:
@@ -224,8 +232,13 @@ def nccl_transport(ctx: Context, audit: NcclAudit | None) -> Verdict:
         # supported ...'"): channel lines printed before it do not say the run used them as printed.
         return failed(
             f"NCCL warned: {audit.last_warn}{_env_note(audit)}; a run whose log holds an NCCL WARN is no proof of "
-            "its transports, whatever its channel lines say; likely cause: P2P or a transport failed to set up "
-            "(peer access, IPC or NVLink fault) — check the warning and dmesg for Xid errors",
+            "its transports, whatever its channel lines say; likely cause: "
+            + with_mig_cause(
+                ctx.node,
+                _channel_gpus(audit.channels) or range(ctx.suite.gpu_count),
+                "P2P or a transport failed to set up (peer access, IPC or NVLink fault) — check the warning and "
+                "dmesg for Xid errors",
+            ),
             props,
         )
     if not audit.channels:
@@ -317,6 +330,16 @@ def _audit_gap(ctx: Context, audit: NcclAudit) -> str | None:
         "transport is unknown; likely cause: the log is from a run over fewer GPUs (nccl-tests -g/-n, "
         f"CUDA_VISIBLE_DEVICES) or a GPU was lost — capture NCCL_DEBUG=INFO from a run over all {count} GPUs"
     )
+
+
+def _ranks_gpus(ctx: Context, m: CollectiveMeasurement) -> list[int]:
+    """The GPUs a collective ran on: its ranks' where the source says, else every GPU of the suite."""
+    return m.rank_gpus if m.rank_gpus is not None else list(range(ctx.suite.gpu_count))
+
+
+def _channel_gpus(channels: list[TransportChannel]) -> list[int]:
+    """Both GPUs of every channel, in order: a channel's device numbers are NVML indices on one host."""
+    return [gpu for c in channels for gpu in (c.src_dev, c.dst_dev)]
 
 
 def _transport_cause(transport: str) -> str:

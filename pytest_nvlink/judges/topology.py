@@ -10,6 +10,7 @@ from typing import cast
 
 from pytest_nvlink.config.suites import path_matches
 from pytest_nvlink.judges.context import Context, pair_properties
+from pytest_nvlink.judges.mig import mig_cause, mig_note, with_mig_cause
 from pytest_nvlink.model import Node, is_known_path_class, nvlink_count_of_path
 from pytest_nvlink.verdict import (
     PassedLater,
@@ -80,11 +81,13 @@ def _path_message(ctx: Context, pair: tuple[int, int], actual: str, expected: st
     if expected.startswith("NV") and got_links is None:
         mode = ctx.node.virtualization()
         vm = f"this node is a {mode} VM guest, " if mode in ("passthrough", "vgpu") or ctx.node.hypervisor else ""
-        return (
-            f"{head}: silent PCIe fallback — {vm}traffic between these GPUs crosses PCIe/host memory instead "
+        fallback = (
+            f"silent PCIe fallback — {vm}traffic between these GPUs crosses PCIe/host memory instead "
             "of NVLink; check that NVLink/NVSwitch are passed through (host `nvidia-smi topo -m` must show "
             "NV#), that Fabric Manager runs, and for A100 vGPU that UVM is disabled"
         )
+        mig = mig_cause(ctx.node, pair)
+        return f"{head}: {fallback}" if mig is None else f"{head}: likely cause: {mig}; otherwise {fallback}"
     if want_links is not None and got_links is not None and got_links < want_links:
         return f"{head}: {want_links - got_links} NVLink(s) missing between them; likely cause: {_short_gpu(ctx, a, b)}"
     if want_links is not None and got_links is not None:
@@ -140,7 +143,8 @@ def p2p_status(ctx: Context, src: int, dst: int) -> Verdict:
     if not bad and any(v is None for v in shown.values()):
         return unknown(
             f"the P2P status GPU {src} -> GPU {dst}",
-            ctx.node.unknown_reason(f"p2p{src}-{dst}", ctx.node.unknown_reason("p2p", "P2P status not reported")),
+            ctx.node.unknown_reason(f"p2p{src}-{dst}", ctx.node.unknown_reason("p2p", "P2P status not reported"))
+            + mig_note(ctx.node, (src, dst)),
             props,
         )
     if not bad:
@@ -149,7 +153,7 @@ def p2p_status(ctx: Context, src: int, dst: int) -> Verdict:
     return failed(
         f"GPU {src} -> GPU {dst}: P2P not usable ({detail}) although the suite expects "
         f"{ctx.suite.expected_path(src, dst)} ({ctx.suite_where(ctx.path_key(src, dst))}); likely cause: "
-        f"{_p2p_cause(ctx.node, bad)}",
+        f"{with_mig_cause(ctx.node, (src, dst), _p2p_cause(ctx.node, bad))}",
         props,
     )
 

@@ -34,6 +34,10 @@ NVLINK5_ERROR_COUNTER_NAMES: tuple[str, ...] = (
 )
 ALL_ERROR_COUNTER_NAMES: tuple[str, ...] = ERROR_COUNTER_NAMES + NVLINK5_ERROR_COUNTER_NAMES
 P2P_CAPABILITIES: tuple[str, ...] = ("read", "write", "nvlink", "atomics")
+# Gpu.mig_mode_current / mig_mode_pending: the only values a source may record (None: it could not tell).
+MIG_ENABLED = "enabled"
+MIG_DISABLED = "disabled"
+MIG_MODES: tuple[str, ...] = (MIG_ENABLED, MIG_DISABLED)
 
 R = TypeVar("R")
 _NV_PATH = re.compile(r"^NV(\d+)$")

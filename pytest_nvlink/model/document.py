@@ -20,7 +20,7 @@ from typing import Any
 from pytest_nvlink import __version__
 from pytest_nvlink.core.atomic import write_text_atomically
 from pytest_nvlink.core.values import value_problems
-from pytest_nvlink.model import Node, P2PMeasurement, P2PStatus, PairPath
+from pytest_nvlink.model import MIG_MODES, Node, P2PMeasurement, P2PStatus, PairPath
 from pytest_nvlink.model.records import Reading, from_json, table_of
 
 # Re-exported: every reader of snapshots catches it from here.
@@ -152,6 +152,7 @@ def node_from_document(document: object, origin: str) -> Node:
     node = from_json(Node, document.get("node"), f"{origin}:node", reading)
     _check_unique_entries(node, f"{origin}:node")
     _check_gpu_numbering(node, f"{origin}:node")
+    _check_mig_modes(node, f"{origin}:node")
     # Only a node with a number that might be impossible is walked: the walk orders and counts them.
     problems = value_problems(node, "node") if reading.suspect else []
     if problems:
@@ -201,6 +202,18 @@ def _check_gpu_numbering(node: Node, where: str) -> None:
                 f"0..{count - 1}, so GPU(s) {', '.join(str(n) for n in _unlisted(node))} would go missing unseen — "
                 "the file was edited or merged by hand"
             )
+
+
+def _check_mig_modes(node: Node, where: str) -> None:
+    """A MIG mode is "enabled" or "disabled" (None: not recorded); anything else would be judged as neither."""
+    for i, gpu in enumerate(node.gpus):
+        for name in ("mig_mode_current", "mig_mode_pending"):
+            value = getattr(gpu, name)
+            if value is not None and value not in MIG_MODES:
+                raise SnapshotError(
+                    f"{where}.gpus[{i}].{name}: {value!r} is not a MIG mode (expected "
+                    f"{' or '.join(map(repr, MIG_MODES))}, or null where the source could not tell)"
+                )
 
 
 def _unlisted(node: Node) -> list[int]:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pytest_nvlink.plugin.kit import CHECKS_DIR, run_of, unknown_is
-from pytest_nvlink.record.run import Run, baseline_not_collected, not_collected
+from pytest_nvlink.record.run import Run, baseline_not_collected, mig_not_collected, not_collected
 
 # Shipped check modules whose checks all carry one area (their pytestmark): absent, the module is not collected.
 WHOLE_MODULE_AREAS: dict[str, str] = {
@@ -41,7 +41,7 @@ class ShapeFilter:
     def absent(self, run: Run) -> dict[str, str]:
         """The checks this suite and run leave out, keyed by fixture name or ``area:<marker area>``."""
         if self._absent is None:
-            self._absent = not_collected(run.suite) | baseline_not_collected(run)
+            self._absent = not_collected(run.suite) | baseline_not_collected(run) | mig_not_collected(run)
         return self._absent
 
     def pytest_pycollect_makemodule(self, module_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

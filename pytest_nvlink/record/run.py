@@ -15,6 +15,7 @@ from pytest_nvlink.config.suites import Suite
 from pytest_nvlink.config.thresholds import Thresholds
 from pytest_nvlink.judges.baseline_match import Baseline
 from pytest_nvlink.judges.context import Context
+from pytest_nvlink.judges.mig import MIG_KEY
 from pytest_nvlink.model import Node
 
 
@@ -111,6 +112,14 @@ BASELINE_NOT_COLLECTED = "baseline checks (test_baseline_*): no --nvlink-baselin
 def baseline_not_collected(run: Run) -> dict[str, str]:
     """The baseline checks exist only when a baseline is given (keyed as :func:`not_collected` keys them)."""
     return {} if run.options.baseline is not None else {"area:baseline": BASELINE_NOT_COLLECTED}
+
+
+MIG_NOT_COLLECTED = f"MIG mode check (test_gpu_mig): the threshold set gives no {MIG_KEY}"
+
+
+def mig_not_collected(run: Run) -> dict[str, str]:
+    """The MIG mode check exists only where the threshold set requires a mode (keyed by its fixture)."""
+    return {} if run.thresholds.get(MIG_KEY) is not None else {"nvlink_mig_required": MIG_NOT_COLLECTED}
 
 
 def not_collected_note(suite: Suite) -> str | None:

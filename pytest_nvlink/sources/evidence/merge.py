@@ -354,6 +354,8 @@ class Merger:
                 setattr(gpu, key, values[key])
         fabric = values.get("fabric")
         gpu.fabric = fabric if isinstance(fabric, FabricInfo) else None
+        gpu.mig_mode_current = _str_or_none(values.get("mig_mode_current"))  # nvidia-smi -q's MIG Mode
+        gpu.mig_mode_pending = _str_or_none(values.get("mig_mode_pending"))
         return gpu
 
     def _build_links(self, facts: _GpuFacts) -> list[NvLinkInfo] | None:

@@ -35,6 +35,8 @@ from pytest_nvlink.sources.live.fields import (
     text,
 )
 from pytest_nvlink.sources.live.links import LinkReader
+from pytest_nvlink.sources.live.mig import read_mig_mode
+from pytest_nvlink.sources.live.vm_paths import DECIDED_KEY, far_end_ids, shared_link_count, unresolved_links
 
 DEFAULT_CPUINFO = Path("/proc/cpuinfo")
 DEFAULT_SYSFS_PCI = Path("/sys/bus/pci/devices")
@@ -170,6 +172,9 @@ class _Prober:
         self.sysfs_pci = sysfs_pci
         self.handles: dict[int, Any] = {}
         self.gpu_bus_ids: set[str] = set()
+        # Per GPU, active NVLinks whose far end is no GPU of this node, counted per reported far end.
+        self.unresolved: dict[int, dict[str | None, int]] = {}
+        self.far_ends: dict[int, str] = {}  # per GPU, the bus id its peers' links report for it
 
     def call(self, key: str, function: str, *args: Any) -> Any:
         """``nvml.<function>(*args)``, or None with the reason under ``key``. GpuIsLost propagates."""
@@ -259,6 +264,8 @@ class _Prober:
         gpu.numa_node = self._cpu_numa_node(key, gpu.pci_bus_id)
         gpu.fabric = read_fabric(self.nvml, handle, key, self.node.unknown_reasons)
         gpu.c2c = read_c2c(self.nvml, handle, key, self.node.unknown_reasons)
+        mig = read_mig_mode(self.nvml, handle, f"{key}.mig_mode", self.node.unknown_reasons)
+        gpu.mig_mode_current, gpu.mig_mode_pending = mig
         gpu.nvlinks = LinkReader(self, key, handle).read()
 
     def _cpu_numa_node(self, key: str, bus_id: str | None) -> int | None:
@@ -286,6 +293,8 @@ class _Prober:
                 f"NVLink state of GPU(s) {unknown_links} is unknown; their path classes may miss NVLink"
             )
         self.gpu_bus_ids = {gpu.pci_bus_id for gpu in self.node.gpus if gpu.pci_bus_id}
+        self.unresolved = {gpu.index: unresolved_links(gpu, self.gpu_bus_ids) for gpu in self.node.gpus}
+        self.far_ends = far_end_ids(self.unresolved)
         paths = []
         for a, b in itertools.combinations(self.node.gpus, 2):
             path = self._pair_path(a, b)
@@ -301,6 +310,10 @@ class _Prober:
         handles = self._pair_handles(key, a.index, b.index)
         if handles is None:
             return None
+        if self.unresolved.get(a.index) and self.unresolved.get(b.index):
+            decided = self._nvlink_by_p2p_status(key, (a.index, b.index), handles)
+            if decided != "PCIe":
+                return decided
         try:
             level = self.call(key, "nvmlDeviceGetTopologyCommonAncestor", *handles)
         except self.nvml.NVMLError_GpuIsLost as exc:
@@ -312,6 +325,34 @@ class _Prober:
         if path is None:
             self.node.unknown_reasons[key] = f"NVML returned unknown topology level {level}"
         return path
+
+    def _nvlink_by_p2p_status(
+        self,
+        key: str,
+        pair: tuple[int, int],
+        handles: tuple[Any, Any],
+    ) -> str | None:
+        """NV#, "PCIe" (take the topology's class) or None (unknown) for a pair whose links name no GPU here."""
+        shown = ", ".join(sorted({bus or "none" for index in pair for bus in self.unresolved[index]}))
+        links = f"their NVLinks report far ends ({shown}) that are no GPU of this node (a VM remaps bus ids)"
+        status = self._p2p_status(key, handles, P2P_INDEX["nvlink"])
+        note_key = DECIDED_KEY.format(a=pair[0], b=pair[1])
+        if status is None:
+            self.node.unknown_reasons[key] = (
+                f"{links}, and nvmlDeviceGetP2PStatus(NVLINK) failed: {self.node.unknown_reasons[key]}"
+            )
+            return None
+        if status != "ok":
+            self.node.unknown_reasons[note_key] = f"{links}; nvmlDeviceGetP2PStatus(NVLINK) = {status}: taken as PCIe"
+            return "PCIe"
+        count = shared_link_count(*pair, self.unresolved, self.far_ends)
+        if count is None:
+            self.node.unknown_reasons[key] = (
+                f"{links}; nvmlDeviceGetP2PStatus(NVLINK) = ok, but which of their links join them is not told"
+            )
+            return None
+        self.node.unknown_reasons[note_key] = f"{links}; nvmlDeviceGetP2PStatus(NVLINK) = ok: NV{count}"
+        return f"NV{count}"
 
     def _pair_handles(self, key: str, a: int, b: int) -> tuple[Any, Any] | None:
         missing = [index for index in (a, b) if index not in self.handles]

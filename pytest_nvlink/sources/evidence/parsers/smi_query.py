@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from pytest_nvlink.model import FabricInfo, normalize_pci_bus_id
+from pytest_nvlink.model import MIG_DISABLED, MIG_ENABLED, FabricInfo, normalize_pci_bus_id
 from pytest_nvlink.sources.evidence.merge import SMI_GPU_KEYS
 from pytest_nvlink.sources.evidence.parsers.common import (
     ParseError,
@@ -26,7 +26,7 @@ from pytest_nvlink.sources.evidence.parsers.registry import Format, Into, regist
 
 _GPU_HEADER = re.compile(r"GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])")
 _KEY_VALUE = re.compile(r"([A-Za-z][\w ./()-]*?)\s*:\s*(.*)")
-_SECTIONS = {"pcie generation": "gen", "link width": "width", "fabric": "fabric", "health": "health"}
+_SECTIONS = {"pcie generation": "gen", "link width": "width", "fabric": "fabric", "health": "health", "mig mode": "mig"}
 # Keys whose meaning depends on the section they are in; elsewhere (Clocks, ...) they are ignored.
 _SECTION_KEYS = {
     ("gen", "max"): "pcie_gen_max",
@@ -45,7 +45,12 @@ _SECTION_KEYS = {
     ("health", "incorrect configuration"): "health_incorrect_configuration",
     ("health", "partition assigned"): "health_partition_assigned",
     ("health", "summary"): "health_summary",
+    ("mig", "current"): "mig_current",
+    ("mig", "pending"): "mig_pending",
 }
+# MIG Mode's Current and Pending as printed; N/A where the GPU has no MIG (NVML answers NotSupported).
+_MIG_VALUES = {"enabled": MIG_ENABLED, "disabled": MIG_DISABLED, "n/a": MIG_DISABLED}
+NO_MIG_NOTE = "nvidia-smi -q prints MIG Mode N/A: the GPU has no MIG, so it cannot be in MIG mode: taken as disabled"
 _ANYWHERE_KEYS = {
     "product name": "name",
     "gpu uuid": "uuid",
@@ -112,13 +117,15 @@ def parse(text: str) -> SmiQuery:
             section = _SECTIONS.get(line.lower())  # a section title; sections not listed reset the context
             continue
         key, value = match.group(1).strip().lower(), match.group(2).strip()
+        if not value and key in _SECTIONS:  # a section title some drivers print with a colon ("MIG Mode :")
+            section = _SECTIONS[key]
+            continue
         if _read_top_level(key, value, raw, line_no, out):
             continue
         name = _SECTION_KEYS.get((section or "", key)) or _ANYWHERE_KEYS.get(key)
         if name is None:
             continue
-        if is_non_finite(value):
-            raise non_finite_error(match.group(1).strip(), value, raw, line_no)
+        _check_value(name, match.group(1).strip(), value, raw, line_no)
         if current is None:
             out.orphan_lines.append(line_no)
             continue
@@ -132,6 +139,14 @@ def parse(text: str) -> SmiQuery:
             (out.orphan_lines[0], f"{len(out.orphan_lines)} line(s) before any 'GPU <bus id>' header; not read")
         )
     return SmiQuery(out.driver, out.cuda, out.attached, tuple(out.gpus), tuple(out.notes))
+
+
+def _check_value(name: str, label: str, value: str, raw: str, line_no: int) -> None:
+    """Refuse a value no nvidia-smi prints for the key: a number that is not finite, an unknown MIG mode."""
+    if is_non_finite(value):
+        raise non_finite_error(label, value, raw, line_no)
+    if name in ("mig_current", "mig_pending") and value.lower() not in _MIG_VALUES:
+        raise bad_line(f"'{label} : Enabled', 'Disabled' or 'N/A' under MIG Mode", raw, line_no)
 
 
 _STATED_INDEX = re.compile(r"(?:nvidia-smi\b.*\s-i\s*|^\s*GPU\s+)(\d+)\b")
@@ -229,6 +244,19 @@ def _merge_gpu(into: Into, index: int, gpu: SmiGpu) -> None:
     fabric = _fabric(gpu)
     if fabric is not None:
         merger.gpu_fact(index, "fabric", fabric, file)
+    _merge_mig(into, index, gpu)
+
+
+def _merge_mig(into: Into, index: int, gpu: SmiGpu) -> None:
+    """MIG Mode's Current and Pending, as the live probe records nvmlDeviceGetMigMode's answer."""
+    printed = [gpu.values.get(key) for key in ("mig_current", "mig_pending")]
+    if None in printed:
+        return
+    current, pending = (_MIG_VALUES[str(value).lower()] for value in printed)
+    into.merger.gpu_fact(index, "mig_mode_current", current, into.part.name)
+    into.merger.gpu_fact(index, "mig_mode_pending", pending, into.part.name)
+    if "n/a" in {str(value).lower() for value in printed}:
+        into.merger.unknown_reason(f"gpu{index}.mig_mode", NO_MIG_NOTE)
 
 
 def _merge_bare_fabric(into: Into, result: SmiQuery) -> None:
