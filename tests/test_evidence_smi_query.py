@@ -151,3 +151,34 @@ def test_lines_before_any_gpu_header_are_a_note() -> None:
     body = text[text.index("GPU 00000000:18:00.0") + 30 :]
     result = smi_query.parse("Attached GPUs : 8\n" + body)
     assert result.notes and "before any 'GPU <bus id>' header" in result.notes[0][1]
+
+
+def test_a_health_flag_line_lost_from_one_gpu_is_noted() -> None:
+    text = sample(SMI_Q)
+    assert smi_query.parse(text).notes == ()
+    lines = text.split("\n")
+    first = next(at for at, line in enumerate(lines) if line.strip().startswith("Route Unhealthy"))
+    damaged = smi_query.parse("\n".join(lines[:first] + lines[first + 1 :]))
+    (note,) = damaged.notes
+    assert "lacks line(s) other GPUs print (route unhealthy)" in note[1]
+
+
+def test_a_lone_block_missing_one_of_the_mask_flags_is_noted() -> None:
+    block = (
+        "GPU 00000000:18:00.0\n    Fabric\n        State : Completed\n        Status : Success\n"
+        "        Health\n            Bandwidth : Full\n            Route Recovery in progress : False\n"
+        "            Route Unhealthy : False\n            Access Timeout Recovery : False\n"
+    )
+    (note,) = smi_query.parse(block).notes
+    assert note[0] == 1 and "(incorrect configuration)" in note[1]
+    whole = smi_query.parse(block + "            Incorrect Configuration : None\n")
+    assert whole.notes == ()
+
+
+def test_an_unreadable_partition_flag_counts_against_the_gpu() -> None:
+    block = (
+        "GPU 00000000:18:00.0\n    Fabric\n        State : Completed\n        Status : Success\n"
+        "        Health\n            Partition Assigned : Tru\n"
+    )
+    fabric = smi_query._fabric(smi_query.parse(block).gpus[0])
+    assert fabric is not None and fabric.health_problems == ["partition_assigned:tru"]

@@ -65,7 +65,7 @@ class SmiGpu:
     ordinal: int  # position among the GPU blocks of the text
     values: dict[str, str]  # keys: values of _SECTION_KEYS and _ANYWHERE_KEYS, raw text as printed
     index: int | None = None  # a bare Fabric block: the GPU index the text states ("-i 3", "GPU 3"), if any
-    line_no: int = 0  # a bare Fabric block: the line its "Fabric" title is on
+    line_no: int = 0  # the line of its "GPU <bus id>" header, or of a bare Fabric block's "Fabric" title
 
     def get(self, key: str) -> str | None:
         value = self.values.get(key)
@@ -109,7 +109,7 @@ def parse(text: str) -> SmiQuery:
             continue
         if header := _GPU_HEADER.fullmatch(line):
             current = {}
-            out.gpus.append(SmiGpu(header.group(1), len(out.gpus), current))
+            out.gpus.append(SmiGpu(header.group(1), len(out.gpus), current, line_no=line_no))
             section = None
             continue
         match = _KEY_VALUE.fullmatch(line)
@@ -134,6 +134,7 @@ def parse(text: str) -> SmiQuery:
         out.gpus.extend(_bare_fabric_blocks(text))
     if not out.gpus:
         raise ParseError("expected nvidia-smi -q output with 'GPU 00000000:xx:00.0' blocks; none found", 0)
+    out.notes.extend(_lost_health_lines(out.gpus))
     if out.orphan_lines and out.gpus[0].bus_id:
         out.notes.append(
             (out.orphan_lines[0], f"{len(out.orphan_lines)} line(s) before any 'GPU <bus id>' header; not read")
@@ -291,6 +292,36 @@ _HEALTH_FLAGS: dict[str, tuple[str, str]] = {
 }
 
 
+_HEALTH_KEYS: tuple[str, ...] = tuple(name for (section, _), name in _SECTION_KEYS.items() if section == "health")
+
+
+_MASK_FLAGS: tuple[str, ...] = (*_HEALTH_FLAGS, "health_incorrect_configuration")
+
+
+def _lost_health_lines(gpus: list[SmiGpu]) -> list[tuple[int, str]]:
+    """GPUs whose Fabric Health block lacks a line another GPU's block prints: a line lost or garbled.
+
+    One driver prints the same Health lines for every GPU, so a block without one of them lost it; an
+    unread flag must not read as a healthy one.
+    """
+    printed = {key for gpu in gpus for key in _HEALTH_KEYS if key in gpu.values}
+    notes = []
+    for gpu in gpus:
+        # The mask's flags come from one NVML field and are printed together, even in a block on its own.
+        expected = printed | (set(_MASK_FLAGS) if any(key in gpu.values for key in _MASK_FLAGS) else set())
+        missing = [key for key in _HEALTH_KEYS if key in expected and key not in gpu.values]
+        if missing and any(key in gpu.values for key in _HEALTH_KEYS):
+            names = ", ".join(key.removeprefix("health_").replace("_", " ") for key in missing)
+            who = f"GPU {gpu.bus_id}" if gpu.bus_id else "the Fabric block"
+            notes.append(
+                (
+                    gpu.line_no,
+                    f"{who}: its Fabric Health block lacks line(s) other GPUs print ({names}); they are not read",
+                )
+            )
+    return notes
+
+
 def fabric_fault(gpu: SmiGpu) -> str | None:
     """What a Fabric block reports that is not healthy, in its own words; None when nothing is."""
     state, status = gpu.get("fabric_state") or "", gpu.get("fabric_status")
@@ -360,6 +391,8 @@ def _health_problems(gpu: SmiGpu) -> list[str] | None:
         problems.append(f"incorrect_configuration:{values['config']}")
     if values["partition"] == "false":
         problems.append("partition_not_assigned")
+    elif values["partition"] not in ("", "true", "not_supported"):  # a value nobody can read counts against it
+        problems.append(f"partition_assigned:{values['partition']}")
     if values["health_summary"] not in ("", "healthy", "not_supported"):
         problems.append(f"summary:{values['health_summary']}")
     return problems
