@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from pytest_nvlink.record.run import Run
 
 # Check areas whose items make the live provider run a measurement campaign.
-_CAMPAIGN_OF_AREA = {"bandwidth": "p2p", "collectives": "collectives"}
+_CAMPAIGN_OF_AREA = {"bandwidth": "p2p", "collectives": "collectives", "host_link": "host_link"}
 
 
 def live_provider(config: pytest.Config, run: Run, items: list[pytest.Item] | None = None) -> LiveMeasurements:
@@ -34,7 +34,7 @@ def live_provider(config: pytest.Config, run: Run, items: list[pytest.Item] | No
 
     from pytest_nvlink.plugin.events import campaign_hook
 
-    planned = planned_campaigns(items) if items is not None else frozenset({"p2p", "collectives"})
+    planned = planned_campaigns(items) if items is not None else frozenset({"p2p", "collectives", "host_link"})
     return LiveMeasurements(
         run.node,
         run.suite,
