@@ -50,6 +50,7 @@ class _Shortfall:
     direction: str
     value: float
     threshold: Threshold
+    expected: str  # as the JUnit ``expected`` property reads
     text: str
 
 
@@ -89,7 +90,9 @@ def host_link(ctx: Context, index: int, figures: list[HostLinkMeasurement]) -> V
         )
     shortfalls = [s for d, m in mine.items() if m is not None for s in _shortfall(ctx, gpu, d, m, figures)]
     if shortfalls:
-        return failed(_failure_text(gpu, shortfalls, mine), props, badness=shortfalls[0].value)
+        first = shortfalls[0]
+        props = _properties(ctx, gpu, mine, (first.direction, first.threshold, first.expected))
+        return failed(_failure_text(gpu, shortfalls, mine), props, badness=first.value)
     missing = [d for d, m in mine.items() if m is None]
     if missing:
         shown = ", ".join(DIRECTION_WORDS[d] for d in missing)
@@ -118,7 +121,7 @@ def _shortfall(
     words = DIRECTION_WORDS[direction]
     if m.value < floor.value:
         text = f"{words} bandwidth {m.value:.1f} GB/s, below {floor.value} GB/s ({floor.where()})"
-        return [_Shortfall(direction, m.value, floor, text)]
+        return [_Shortfall(direction, m.value, floor, f">= {floor.value}", text)]
     spread = ctx.thresholds.get(SPREAD_KEY)
     median = node_median(figures, direction)
     if spread is None or median is None or m.value >= median * (1 - spread.value):
@@ -128,7 +131,8 @@ def _shortfall(
         f"{words} bandwidth {m.value:.1f} GB/s, {below:.0f} % below the node's median {median:.1f} GB/s, more than "
         f"{spread.value * 100:g} % ({spread.where()}) although above its floor {floor.value} GB/s ({floor.where()})"
     )
-    return [_Shortfall(direction, m.value, spread, text)]
+    expected = f">= {median * (1 - spread.value):.6g} (node median {median:.6g} less {spread.value:g})"
+    return [_Shortfall(direction, m.value, spread, expected, text)]
 
 
 def _failure_text(gpu: Gpu, shortfalls: list[_Shortfall], mine: dict[str, HostLinkMeasurement | None]) -> str:
@@ -141,13 +145,13 @@ def _failure_text(gpu: Gpu, shortfalls: list[_Shortfall], mine: dict[str, HostLi
 def likely_cause(gpu: Gpu, m: HostLinkMeasurement | None) -> str:
     """What the node's own facts point at for a slow host link; every cause they support, or what to check."""
     causes = [*_link_causes(gpu)]
-    if m is not None and m.host_numa_node is not None and gpu.numa_node is not None:
-        if m.host_numa_node != gpu.numa_node:
-            causes.append(
-                f"the pinned host buffer sat on NUMA node {m.host_numa_node} while GPU {gpu.index} hangs off NUMA "
-                f"node {gpu.numa_node} (host_numa_node vs the GPU's numa_node), so every copy crossed the CPU "
-                "interconnect — bind the buffer to the GPU's own node (numactl --membind)"
-            )
+    far = m is not None and None not in (m.host_numa_node, gpu.numa_node) and m.host_numa_node != gpu.numa_node
+    if far and m is not None:
+        causes.append(
+            f"the pinned host buffer sat on NUMA node {m.host_numa_node} while GPU {gpu.index} hangs off NUMA "
+            f"node {gpu.numa_node} (host_numa_node vs the GPU's numa_node), so every copy crossed the CPU "
+            "interconnect — bind the buffer to the GPU's own node (numactl --membind)"
+        )
     mode = (gpu.virtualization_mode or "").strip().lower()
     if mode in _VM_MODES:
         causes.append(
@@ -189,16 +193,23 @@ def _c2c_down(c2c: C2CInfo | None) -> str:
     return "" if c2c is None else ", ".join(str(link.link) for link in c2c.links if link.active is False)
 
 
-def _properties(ctx: Context, gpu: Gpu, mine: dict[str, HostLinkMeasurement | None]) -> list[tuple[str, str]]:
-    """The worst direction against its floor as measured/expected, and every direction's figure and floor."""
-    ratios = {
-        d: m.value / _threshold(ctx, d).value for d, m in mine.items() if m is not None and m.value is not None
-    }
+def _properties(
+    ctx: Context,
+    gpu: Gpu,
+    mine: dict[str, HostLinkMeasurement | None],
+    focus: tuple[str, Threshold, str] | None = None,
+) -> list[tuple[str, str]]:
+    """The failing direction (``focus``: direction, threshold, expected) or else the one nearest its floor as
+    measured/expected, and every direction's figure and floor."""
+    ratios = {d: m.value / _threshold(ctx, d).value for d, m in mine.items() if m is not None and m.value is not None}
     shown = min(ratios, key=lambda d: ratios[d]) if ratios else next(iter(mine))
+    threshold = _threshold(ctx, shown)
+    expected = f">= {threshold.value}"
+    if focus is not None:
+        shown, threshold, expected = focus
     figure = mine[shown]
-    floor = _threshold(ctx, shown)
     props = measured_properties(
-        figure.value if figure is not None else None, f">= {floor.value}", "GB/s", floor
+        figure.value if figure is not None else None, expected, "GB/s", threshold
     ) + gpu_properties(gpu)
     props.append(("direction", shown))
     for direction, m in mine.items():
@@ -235,7 +246,9 @@ def c2c_link(ctx: Context, gpu: Gpu) -> Verdict:
     if info is None:
         reason = ctx.node.unknown_reason(f"gpu{index}.c2c", "the source does not report NVML's NVLink-C2C fields")
         return unknown(f"the NVLink-C2C links of GPU {index}", reason, props)
-    cause = "an NVLink-C2C link down or trained at a lower rate — check `nvidia-smi c2c -s` and the kernel log for Xid 121"
+    cause = (
+        "an NVLink-C2C link down or trained at a lower rate — check `nvidia-smi c2c -s` and the kernel log for Xid 121"
+    )
     if not count:
         return failed(
             f"GPU {index}: reports no NVLink-C2C link, expected its links to the Grace CPU ({required.where()}); "
@@ -258,13 +271,13 @@ def c2c_link(ctx: Context, gpu: Gpu) -> Verdict:
             props,
         )
     unread = [
-        link.link
-        for link in links
-        if link.active is None or (floor is not None and link.max_bandwidth_gbps is None)
+        link.link for link in links if link.active is None or (floor is not None and link.max_bandwidth_gbps is None)
     ]
     if unread or len(links) < count:
         absent = [n for n in range(count) if n not in {link.link for link in links}]
         shown = ", ".join(map(str, sorted({*unread, *absent})))
-        reason = ctx.node.unknown_reason(f"gpu{index}.c2c", f"the state or bandwidth of C2C link(s) {shown} was not read")
+        reason = ctx.node.unknown_reason(
+            f"gpu{index}.c2c", f"the state or bandwidth of C2C link(s) {shown} was not read"
+        )
         return unknown(f"the NVLink-C2C links of GPU {index}", reason, props)
     return passed(f"GPU {index}: NVLink-C2C {measured}, every link active", props)

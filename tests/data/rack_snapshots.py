@@ -18,7 +18,6 @@ import itertools
 import uuid
 
 from pytest_nvlink.measure.sendrecv import pair_schedule
-from pytest_nvlink.model.host_link import C2CInfo, C2CLink, HostLinkMeasurement
 from pytest_nvlink.model import (
     CollectiveMeasurement,
     Environment,
@@ -34,6 +33,7 @@ from pytest_nvlink.model import (
     PairPath,
     TransportChannel,
 )
+from pytest_nvlink.model.host_link import C2CInfo, C2CLink, HostLinkMeasurement
 
 TRAYS = 18
 PER_TRAY = 4
