@@ -280,3 +280,25 @@ def test_the_degraded_demo_fails_gpu3_in_terminal_junit_json_and_html(pytester: 
     assert "Scale 0 to 63.008 GB/s fixed by the SKU (PCIe Gen5 x16 per direction)" in html
     gpu3 = re.search(r'data-gpu="3" data-direction="H2D".*?</g>', html, re.S)
     assert gpu3 is not None and 'width="94.7"' in gpu3.group(0) and "14.2!" in gpu3.group(0)
+
+
+def test_on_grace_the_host_link_item_also_judges_the_c2c_links() -> None:
+    ctx = _c2c_context()
+    figures = [
+        dataclasses.replace(m, value=352.0 if not m.direction.startswith("bidir") else 176.0) for m in _figures(ctx)
+    ]
+    healthy = host_link.with_c2c(host_link.host_link(ctx, 0, figures), host_link.c2c_link(ctx, 0))
+    assert healthy.outcome is Outcome.PASS and "10 of 10 active" in healthy.message
+    gpu = ctx.node.gpus[0]
+    assert gpu.c2c is not None
+    gpu.c2c.links[7].active = False
+    down = host_link.with_c2c(host_link.host_link(ctx, 0, figures), host_link.c2c_link(ctx, 0))
+    assert down.outcome is Outcome.FAIL and down.message.startswith("GPU 0: NVLink-C2C link(s) 7 inactive")
+    slow = [dataclasses.replace(m, value=200.0) if (m.gpu, m.direction) == (0, "h2d") else m for m in figures]
+    both = host_link.with_c2c(host_link.host_link(ctx, 0, slow), host_link.c2c_link(ctx, 0))
+    assert both.message.startswith("GPU 0: host->device bandwidth 200.0 GB/s, below 310.0 GB/s (gb200.toml:")
+    assert "likely cause: NVLink-C2C link(s) 7 inactive" in both.message
+    assert "; GPU 0: NVLink-C2C link(s) 7 inactive" in both.message
+    pcie = _context()
+    alone = host_link.host_link(pcie, 0, _figures(pcie))
+    assert host_link.with_c2c(alone, host_link.c2c_link(pcie, 0)) is alone

@@ -9,6 +9,7 @@ a figure is not measured, never passed. The judge sees the figures and the node'
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass
 
@@ -185,7 +186,7 @@ def _link_causes(gpu: Gpu) -> list[str]:
         )
     down = _c2c_down(gpu.c2c)
     if down:
-        found.append(f"NVLink-C2C link(s) {down} inactive (see test_c2c_link)")
+        found.append(f"NVLink-C2C link(s) {down} inactive (nvidia-smi c2c -s)")
     return found
 
 
@@ -281,3 +282,22 @@ def c2c_link(ctx: Context, gpu: Gpu) -> Verdict:
         )
         return unknown(f"the NVLink-C2C links of GPU {index}", reason, props)
     return passed(f"GPU {index}: NVLink-C2C {measured}, every link active", props)
+
+
+_RANK = {"fail": 0, "unknown": 1, "no_evidence": 1, "pass": 2}
+
+
+def with_c2c(figures: Verdict, links: Verdict) -> Verdict:
+    """One GPU's host link as one verdict: its figures and, where the SKU requires NVLink-C2C, its C2C links.
+
+    The worse of the two decides; where both fail the sentence names both. On a PCIe SKU the links do not
+    apply and the figures' verdict stands alone.
+    """
+    if links.outcome.value == "not_applicable":
+        return figures
+    if figures.outcome.value == "not_applicable":
+        return links
+    worse, other = (figures, links) if _RANK[figures.outcome.value] <= _RANK[links.outcome.value] else (links, figures)
+    both = f"{worse.message}; {other.message}" if worse.outcome.value == other.outcome.value else worse.message
+    props = list(worse.properties) + [(f"c2c_{name}", value) for name, value in links.properties if worse is figures]
+    return dataclasses.replace(worse, message=both, properties=props)
