@@ -121,6 +121,12 @@ def host_link(context: Context, given: Baseline | None, index: int, figures: lis
     if lost is not None:
         return failed(f"GPU {index}: host link not compared: {lost}", _props(baseline, "gpus", None, None))
     old = baseline.gpu_map[index]
+    if not baseline.node.measurements.host_link:
+        # As a fact a schema-1 file lacks: listed as not compared, not failed (the module's rule).
+        return not_applicable(
+            f"GPU {index}: the baseline ({baseline.label()}) recorded no host-link figures (saved before they were "
+            "measured), so the host link is not compared; save a new baseline to compare it"
+        )
 
     def first(measured: list[HostLinkMeasurement], gpu: int, direction: str) -> HostLinkMeasurement | None:
         return next((m for m in measured if (m.gpu, m.direction) == (gpu, direction)), None)
