@@ -9,7 +9,7 @@ from pathlib import Path
 
 DEMOS: dict[str, tuple[str, int]] = {  # snapshot -> (verdict, failed items), as README's demo shows
     "h100-8gpu-healthy": ("PASS", 0),
-    "h100-8gpu-degraded": ("FAIL", 29),
+    "h100-8gpu-degraded": ("FAIL", 30),
     "h100-8gpu-vm-pcie": ("FAIL", 354),
 }
 

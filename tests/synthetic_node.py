@@ -11,6 +11,7 @@ GPUs is what an NVL72 rack looks like to the checks; nothing here claims real fi
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import sys
 import uuid
@@ -75,6 +76,11 @@ def synthetic_node(count: int, host: str | None = None) -> Node:
         _pair_figure(m, src, dst) for src, dst in itertools.permutations(range(count), 2) for m in figures.values()
     ]
     node.measurements.collectives = [_collective(m, count) for m in template.measurements.collectives]
+    # GPU 0's host-link figure of each direction, on every GPU (its buffer on the GPU's own NUMA node).
+    host_links = [m for m in template.measurements.host_link if m.gpu == 0]
+    node.measurements.host_link = [
+        dataclasses.replace(m, gpu=gpu.index, host_numa_node=gpu.numa_node) for gpu in node.gpus for m in host_links
+    ]
     if node.event_window is not None:  # the run listened for Xid events on every GPU, and heard none
         node.event_window.gpus = list(range(count))
     audit = node.measurements.nccl

@@ -140,14 +140,15 @@ def test_partial_evidence_run_passes_and_says_how_partial(pytester: pytest.Pytes
     result = pytester.runpytest(
         "--nvlink-suite=a100-8gpu", f"--nvlink-evidence={TOPO}", "--nvlink-evidence-missing=skip"
     )
-    result.assert_outcomes(passed=29, skipped=351)
+    result.assert_outcomes(passed=29, skipped=359)
     assert result.ret == pytest.ExitCode.OK
-    # 351 skips: 343 without evidence (8 of them test_xid: no kernel log), and the 8 fabric checks a100-sxm4
+    # 359 skips: 351 without evidence (8 of them test_xid: no kernel log, 8 test_host_link: no host-link figures),
+    # and the 8 fabric checks a100-sxm4
     # does not require (fabric.required).
     result.stdout.fnmatch_lines(
         [
             "nvlink partial audit: evidence covers 2 of 11 check families*",
-            "partial audit: 29 of 372 checks had evidence (343 without evidence, 8 not applicable)",
+            "partial audit: 29 of 380 checks had evidence (351 without evidence, 8 not applicable)",
         ]
     )
 

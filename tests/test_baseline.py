@@ -13,7 +13,7 @@ from conftest import DATA, REPO, SNAPSHOTS, snapshot_with_lists
 
 HEALTHY = SNAPSHOTS / "h100-8gpu-healthy.json"
 FROZEN = DATA / "frozen" / "h100-8gpu-degraded-schema1.json"
-BASELINE_ITEMS = 56 + 5 + 8  # ordered pairs, collectives, GPUs of the 8-GPU suite
+BASELINE_ITEMS = 56 + 5 + 8 + 8  # ordered pairs, collectives, GPUs of the 8-GPU suite (facts, host link)
 Document = dict[str, Any]
 # docs/baseline.md (the driver upgrade runbook) quotes this sentence; the test below checks the run writes it.
 RUNBOOK_SENTENCE = (
@@ -140,6 +140,7 @@ def test_a_swapped_gpu_is_reported_and_not_compared(pytester: pytest.Pytester, t
     after = _copy(tmp_path, "after", _swap_gpu3)
     cases, result, root = _run(pytester, after, f"--nvlink-baseline={HEALTHY}")
     with_gpu3 = {f"test_baseline_p2p[gpu{a}-gpu{b}]" for a in range(8) for b in range(8) if a != b and 3 in (a, b)}
+    with_gpu3.add("test_baseline_host_link[gpu3]")
     assert _baseline_failures(cases) == {"test_baseline_facts[gpu3]", *with_gpu3}
     swapped = f"GPU 3 was serial {old_serial}, now serial 1654000000003: no baseline for it"
     assert _message(cases, "test_baseline_facts[gpu3]").startswith(swapped)

@@ -93,11 +93,11 @@ def test_a_swapped_gpu_and_an_improvement_in_json_and_html(pytester: pytest.Pyte
     assert improvement["nodeid"] == "nvlink/test_baseline.py::test_baseline_p2p[gpu0-gpu1]"
     assert improvement["text"].startswith("improved: GPU 0 -> GPU 1: latency 1.0 us, ")
     assert baseline["environment_changes"] == []
-    assert len(baseline["failed"]) == 1 + 14  # GPU 3's facts and its 14 ordered pairs
+    assert len(baseline["failed"]) == 1 + 14 + 1  # GPU 3's facts, its 14 ordered pairs and its host link
 
     assert "Changed since the baseline Nothing recorded." in section
     assert f"GPUs without a baseline (swapped or replaced) {unmatched['reason']}" in section
-    failed = "15 failed (their deltas are under Failures, area baseline)"
+    failed = "16 failed (their deltas are under Failures, area baseline)"
     assert f"{failed}; 1 improvement(s). {improvement['text']}" in section
 
 

@@ -102,12 +102,15 @@ def test_frozen_snapshot_gives_the_verdicts_it_always_gave(pytester: pytest.Pyte
     expected |= {f"test_pcie_link[gpu{i}]" for i in range(8)}
     # Likewise the Xid check (issue 27): a file that predates recorded events says nothing about Xids.
     expected |= {f"test_xid[gpu{i}]" for i in range(8)}
+    # And the host link (issue 27): a file without host-link figures fails each GPU as not measured.
+    expected |= {f"test_host_link[gpu{i}]" for i in range(8)}
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    assert len(cases) == 380
+    assert len(cases) == 388
     assert failed == expected
     assert "not measured under load" in _failure(cases["test_pcie_link[gpu0]"])
     assert "the source watched for no driver events" in _failure(cases["test_xid[gpu0]"])
-    result.stdout.fnmatch_lines(["partial audit: 380 of 380 checks had evidence"])
+    assert "host link not measured" in _failure(cases["test_host_link[gpu0]"])
+    result.stdout.fnmatch_lines(["partial audit: 388 of 388 checks had evidence"])
 
 
 def _failure(case: ET.Element) -> str:

@@ -61,7 +61,7 @@ def test_a_snapshot_with_gpu6_counted_twice_fails_the_gate_and_gpu7s_items(pytes
     assert model.startswith("GPU 7 is not judged on another GPU's facts: GPU 7 has the UUID")
     # GPU 7's every item (inventory, NVLink, PCIe, fabric, pairs) fails; GPUs 0-6 among themselves pass.
     outcomes = result.parseoutcomes()
-    assert outcomes["failed"] == 86 and outcomes["passed"] == 294
+    assert outcomes["failed"] == 87 and outcomes["passed"] == 301
 
 
 def test_an_nvlink_status_capture_with_gpu6s_uuid_twice_fails(pytester: pytest.Pytester) -> None:
@@ -121,7 +121,9 @@ def test_a_probe_error_naming_a_gpu_fails_it_though_the_list_is_complete(pyteste
     count = _failure_text(result, "test_gpu_count")
     assert "found 7: GPU 3: probe error: Xid 79, GPU has fallen off the bus" in count
     result.stdout.fnmatch_lines(["FAILED nvlink/test_nvlink.py::test_nvlink_speed[[]gpu3[]] - *"])
-    assert result.parseoutcomes()["failed"] == 86  # test_xid[gpu3] too: a lost GPU judges nothing
+    assert (
+        result.parseoutcomes()["failed"] == 87
+    )  # test_xid[gpu3] and test_host_link[gpu3] too: a lost GPU judges nothing
 
 
 def test_probe_errors_name_gpus_by_index_bus_id_or_tray() -> None:
@@ -201,7 +203,7 @@ def test_fabric_health_summary_is_matched_without_regard_to_case(pytester: pytes
     document["node"]["gpus"][2]["fabric"]["health_summary"] = "Unhealthy"
     path = _write(pytester, "unhealthy.json", document)
     result = pytester.runpytest(SUITE, f"--nvlink-replay={path}", "-k", "test_fabric")
-    result.assert_outcomes(failed=1, passed=7, deselected=372)
+    result.assert_outcomes(failed=1, passed=7, deselected=380)
     assert _failure_text(result, "test_fabric[gpu2]").startswith("GPU 2: fabric health reports summary:unhealthy")
 
 
@@ -212,7 +214,7 @@ def test_a_node_with_more_gpus_than_the_suite_fails_the_count(pytester: pytest.P
     extra["pci_bus_id"] = "0000:dc:00.0"
     document["node"]["gpus"].append(extra)
     result = pytester.runpytest(SUITE, f"--nvlink-replay={_write(pytester, 'nine.json', document)}", "-k", "count")
-    result.assert_outcomes(failed=1, deselected=379)
+    result.assert_outcomes(failed=1, deselected=387)
     count = _failure_text(result, "test_gpu_count")
     assert count.startswith("expected 8 GPUs (h100-8gpu.toml:suite.gpu_count), found 9: this node is not the shape")
 
@@ -224,5 +226,5 @@ def test_evidence_naming_more_gpus_than_the_suite_fails_the_count(pytester: pyte
     capture = pytester.path / "nvlink-s.txt"
     capture.write_text(text + block.replace("GPU 7:", "GPU 8:").replace(GPU7_UUID, GPU7_UUID[:-1] + "e"))
     result = pytester.runpytest(SUITE, f"--nvlink-evidence={capture}", "-k", "count")
-    result.assert_outcomes(failed=1, deselected=379)
+    result.assert_outcomes(failed=1, deselected=387)
     assert "found 9: this node is not the shape suite h100-8gpu describes" in _failure_text(result, "test_gpu_count")

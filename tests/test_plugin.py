@@ -13,7 +13,7 @@ from conftest import SNAPSHOTS
 
 from pytest_nvlink.sources.snapshot.file import load_snapshot
 
-TOPOLOGY_ONLY = "not bandwidth and not collectives"
+TOPOLOGY_ONLY = "not bandwidth and not collectives and not host_link"  # no measurement campaign
 
 
 def test_plugin_is_inert_without_suite(pytester: pytest.Pytester) -> None:
@@ -212,7 +212,7 @@ def test_junit_carries_measured_expected_and_threshold(pytester: pytest.Pytester
 def test_ini_suite_alone_collects_the_shipped_checks(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nnvlink_suite = h100-8gpu\nnvlink_replay = h100-8gpu-healthy\n")
     result = pytester.runpytest("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=380)
+    result.assert_outcomes(passed=388)
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,10 @@ def _snapshot_with(pytester: pytest.Pytester, name: str, keep: int) -> Path:
     node.paths = [p for p in node.paths or [] if p.b < keep]
     node.p2p = [s for s in node.p2p or [] if s.src < keep and s.dst < keep]
     node.measurements = Measurements(
-        p2p=[m for m in node.measurements.p2p if m.src < keep and m.dst < keep], collectives=[], nccl=None
+        p2p=[m for m in node.measurements.p2p if m.src < keep and m.dst < keep],
+        collectives=[],
+        nccl=None,
+        host_link=[m for m in node.measurements.host_link if m.gpu < keep],
     )
     path = pytester.path / name
     save_snapshot(node, path)
@@ -276,13 +279,13 @@ def test_one_gpu_suite_collects_no_pair_or_collective_checks(pytester: pytest.Py
     suite = pytester.makefile(".toml", one_gpu=ONE_GPU_SUITE)
     result = pytester.runpytest(f"--nvlink-suite={suite}", f"--nvlink-replay={one}", "-v")
     assert result.ret == 0, result.stdout.str()
-    # gpu count + driver + GPU 0: model, 4 NVLink checks, fabric, PCIe, Xid events
-    result.assert_outcomes(passed=10)
+    # gpu count + driver + GPU 0: model, 4 NVLink checks, fabric, PCIe, Xid events, host link
+    result.assert_outcomes(passed=11)
     result.stdout.fnmatch_lines(
         [
             "nvlink: not collected: pair checks (paths, P2P status, P2P bandwidth) and collective checks: "
             "suite one_gpu has 1 GPU (one_gpu.toml:suite.gpu_count)",
-            "*collected 10 items",
+            "*collected 11 items",
         ]
     )
     assert "test_path" not in result.stdout.str() and "nccl" not in result.stdout.str()
@@ -295,7 +298,7 @@ def test_empty_collective_list_collects_no_collective_checks(pytester: pytest.Py
     )
     result = pytester.runpytest(f"--nvlink-suite={suite}", HEALTHY)
     assert result.ret == 0, result.stdout.str()
-    result.assert_outcomes(passed=380 - 5 - 1)  # five collectives and the NCCL transport audit
+    result.assert_outcomes(passed=388 - 5 - 1)  # five collectives and the NCCL transport audit
     result.stdout.fnmatch_lines(["nvlink: not collected: collective checks: mine.toml:measure.collectives is empty"])
 
 

@@ -23,13 +23,13 @@ def test_the_healthy_rack_set_is_healthy_against_its_own_suite(pytester: pytest.
     # Its nvlink -s files print 53.125 GB/s per NVLink5 link, as nvidia-smi does on GB200 (make_rack.py's source).
     result = _run(pytester, RACK / "healthy")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
-    result.assert_outcomes(passed=329, skipped=720)
-    result.stdout.fnmatch_lines(["partial audit: 329 of 689 checks had evidence (360 without evidence, *"])
+    result.assert_outcomes(passed=329, skipped=792)
+    result.stdout.fnmatch_lines(["partial audit: 329 of 761 checks had evidence (432 without evidence, *"])
 
 
 def test_the_wrong_clique_set_fails_tray_6_and_its_traffic(pytester: pytest.Pytester) -> None:
     result = _run(pytester, RACK / "wrong-clique")
-    result.assert_outcomes(failed=3, passed=326, skipped=720)
+    result.assert_outcomes(failed=3, passed=326, skipped=792)
     result.stdout.fnmatch_lines(
         [
             "FAILED nvlink/test_collectives.py::test_collective_busbw[[]all_reduce[]] - *",
@@ -42,7 +42,7 @@ def test_the_wrong_clique_set_fails_tray_6_and_its_traffic(pytester: pytest.Pyte
 
 def test_the_net_ib_set_fails_the_transport_audit_and_the_all_reduce(pytester: pytest.Pytester) -> None:
     result = _run(pytester, RACK / "net-ib")
-    result.assert_outcomes(failed=2, passed=327, skipped=720)
+    result.assert_outcomes(failed=2, passed=327, skipped=792)
     result.stdout.fnmatch_lines(["*rack traffic left NVLink: NCCL used NET between trays on 288 of 288 channel(s)*"])
 
 

@@ -93,7 +93,7 @@ def test_two_rank_collectives_in_a_snapshot_fail_every_busbw(pytester: pytest.Py
         dataclasses.replace(m, world_size=2, rank_gpus=[0, 1]) for m in node.measurements.collectives
     ]
     result = _replay(pytester, node, "-k", "collective_busbw")
-    result.assert_outcomes(failed=5, deselected=375)
+    result.assert_outcomes(failed=5, deselected=383)
     result.stdout.fnmatch_lines(
         [
             "*all_reduce: busbw * GB/s was measured over 2 rank(s) on GPU(s) 0, 1, but the suite expects all 8 GPUs "
@@ -109,7 +109,7 @@ def test_a_rank_doubled_on_one_gpu_fails(pytester: pytest.Pytester) -> None:
         dataclasses.replace(m, rank_gpus=[0, 1, 2, 3, 4, 5, 6, 6]) for m in node.measurements.collectives
     ]
     result = _replay(pytester, node, "-k", "collective_busbw and all_gather")
-    result.assert_outcomes(failed=1, deselected=379)
+    result.assert_outcomes(failed=1, deselected=387)
     result.stdout.fnmatch_lines(["*over 8 rank(s) on GPU(s) 0, 1, 2, 3, 4, 5, 6, 6, *GPU(s) 7 not covered*"])
 
 
@@ -120,7 +120,7 @@ def test_nccl_log_of_two_ranks_in_a_snapshot_fails_the_transport_audit(pytester:
     audit.channels = [c for c in audit.channels if {c.src_dev, c.dst_dev} <= {0, 1}]
     assert audit.channels
     result = _replay(pytester, node, "-k", "nccl_transport")
-    result.assert_outcomes(failed=1, deselected=379)
+    result.assert_outcomes(failed=1, deselected=387)
     result.stdout.fnmatch_lines(
         ["*NCCL transport audit incomplete: the log covers 2 rank(s) (0, 1) on GPU(s) 0, 1*no channel of GPU(s) 2, 3*"]
     )

@@ -12,7 +12,7 @@ from pytest_nvlink.sources.snapshot.file import load_snapshot
 
 P2P_FIGURES = ("test_p2p_unidirectional", "test_p2p_bidirectional", "test_p2p_latency", "test_p2p_path_proof")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
-TOTAL = 2 + 8 * 8 + 28 + 56 + 4 * 56 + 5 + 1
+TOTAL = 2 + 9 * 8 + 28 + 56 + 4 * 56 + 5 + 1  # 9 per-GPU checks (test_host_link the ninth)
 
 
 def _run(pytester: pytest.Pytester, snapshot: str) -> tuple[dict[str, ET.Element], pytest.RunResult]:
@@ -49,8 +49,9 @@ def test_degraded_snapshot_fails_exactly_the_broken_parts(pytester: pytest.Pytes
     expected |= {f"test_fabric[gpu{i}]" for i in range(8)}
     expected |= {f"test_path[gpu{a}-gpu{b}]" for a, b in combinations(range(8), 2) if 3 in (a, b)}
     expected |= {f"{check}[gpu{a}-gpu{b}]" for check in ("test_p2p_status", *P2P_FIGURES) for a, b in ((2, 6), (6, 2))}
-    expected |= {"test_collective_busbw[all_reduce]", "test_nccl_transport"}
+    expected |= {"test_collective_busbw[all_reduce]", "test_nccl_transport", "test_host_link[gpu3]"}
     assert _failed(cases) == expected
+    assert "host->device bandwidth 14.2 GB/s, below 48.0 GB/s" in _message(cases, "test_host_link[gpu3]")
     assert "16 of 18 NVLinks active" in _message(cases, "test_nvlink_active_links[gpu3]")
     assert "silent PCIe fallback" in _message(cases, "test_p2p_path_proof[gpu2-gpu6]")
     assert "37.2 GB/s, below 335.0 GB/s" in _message(cases, "test_p2p_unidirectional[gpu2-gpu6]")
@@ -64,7 +65,11 @@ def test_vm_snapshot_fails_on_silent_pcie_fallback(pytester: pytest.Pytester) ->
     cases, result = _run(pytester, "h100-8gpu-vm-pcie")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     passing = {"test_gpu_count", "test_driver"}
-    passing |= {f"{check}[gpu{i}]" for check in ("test_gpu_model", "test_pcie_link", "test_xid") for i in range(8)}
+    passing |= {
+        f"{check}[gpu{i}]"
+        for check in ("test_gpu_model", "test_pcie_link", "test_xid", "test_host_link")
+        for i in range(8)
+    }
     assert _failed(cases) == set(cases) - passing
     assert "silent PCIe fallback" in _message(cases, "test_path[gpu0-gpu1]")
     assert "passthrough VM guest" in _message(cases, "test_path[gpu0-gpu1]")

@@ -53,9 +53,9 @@ def test_results_json_follows_its_schema_and_carries_every_verdict(outputs: dict
     verdict, failed = DEMOS[snapshot]
     assert document["verdict"] == verdict
     assert document["counts"].get("failed", 0) == failed
-    assert len(document["items"]) == 380
-    assert document["audit"] == "partial audit: 380 of 380 checks had evidence"
-    assert document["audit_counts"] == {"judged": 380, "applicable": 380}
+    assert len(document["items"]) == 388
+    assert document["audit"] == "partial audit: 388 of 388 checks had evidence"
+    assert document["audit_counts"] == {"judged": 388, "applicable": 388}
     junit = _junit_failures(outputs[snapshot].junit)
     recorded = {item["nodeid"]: item["message"] for item in document["items"] if item["pytest_outcome"] == "failed"}
     assert len(junit) == failed
@@ -91,7 +91,7 @@ def test_html_report_is_self_contained_and_shows_the_verdict(outputs: dict[str, 
     assert not re.search(r"https?://", page), "the report must make no network request"
     assert "<script" not in page and not re.search(r"\son[a-z]+=", page)
     assert "<link" not in page and "@import" not in page and "url(" not in page
-    assert page.count("<svg") == 3  # unidirectional, bidirectional and latency heatmaps
+    assert page.count("<svg") == 4  # unidirectional, bidirectional and latency heatmaps, and the host-link bars
 
 
 def test_degraded_report_shows_failures_first_and_marks_the_slow_pair(outputs: dict[str, Outputs]) -> None:
@@ -203,8 +203,8 @@ def test_under_xdist_the_record_holds_the_same_verdicts(outputs: dict[str, Outpu
     assert sorted(parallel_document["items"], key=lambda i: i["nodeid"]) == sorted(
         serial_items, key=lambda i: i["nodeid"]
     )
-    assert parallel_document["verdict"] == "FAIL" and parallel_document["counts"] == {"passed": 351, "failed": 29}
-    assert "<h2>Failures (29)</h2>" in parallel.html.read_text(encoding="utf-8")
+    assert parallel_document["verdict"] == "FAIL" and parallel_document["counts"] == {"passed": 358, "failed": 30}
+    assert "<h2>Failures (30)</h2>" in parallel.html.read_text(encoding="utf-8")
 
 
 def test_a_collective_sweep_is_drawn_against_message_size() -> None:
@@ -230,7 +230,7 @@ def test_an_evidence_run_without_full_coverage_reads_incomplete(pytester: pytest
     assert result.ret == 0
     page = report.read_text(encoding="utf-8")
     assert '<header class="banner INCOMPLETE" id="verdict">' in page
-    assert "partial audit: 29 of 372 checks had evidence (343 without evidence, 8 not applicable)" in page
+    assert "partial audit: 29 of 380 checks had evidence (351 without evidence, 8 not applicable)" in page
     row = "<td>nvlinks</td><td>test_nvlink_active_links, test_nvlink_version, test_nvlink_speed</td><td>(none)</td>"
     assert row in page
 

@@ -27,7 +27,7 @@ DEGRADED = ("--nvlink-suite=h100-8gpu", "--nvlink-replay=h100-8gpu-degraded")
 HEALTHY = ("--nvlink-suite=h100-8gpu", "--nvlink-replay=h100-8gpu-healthy")
 OUTPUTS = ("--nvlink-json=r.json", "--nvlink-report=r.html", "--junitxml=j.xml")
 # The README's own topology-only selection.
-TOPOLOGY_ONLY = "not bandwidth and not collectives and not pcie"
+TOPOLOGY_ONLY = "not bandwidth and not collectives and not pcie and not host_link"
 
 
 def _results(pytester: pytest.Pytester, name: str = "r.json") -> dict[str, Any]:
@@ -61,11 +61,11 @@ def test_a_k_selection_of_a_degraded_node_is_partial_everywhere_and_exits_0(pyte
     assert result.ret == pytest.ExitCode.OK  # pytest's convention for a selection that passed
     _no_pass_anywhere(pytester, result, "PARTIAL")
     left_out = _results(pytester)["left_out"]
-    assert (left_out["full_set"], left_out["ran"]) == (380, 1)
+    assert (left_out["full_set"], left_out["ran"]) == (388, 1)
     assert left_out["deselected"]["test_p2p_unidirectional"] == 56
-    assert sum(left_out["deselected"].values()) == 379 and left_out["not_run"] == {}
-    assert "379 deselected" in _junit_properties(pytester)["nvlink_left_out"]
-    result.stdout.fnmatch_lines(["*PARTIAL run: 1 of 380 nvlink checks ran; left out: 379 deselected*"])
+    assert sum(left_out["deselected"].values()) == 387 and left_out["not_run"] == {}
+    assert "387 deselected" in _junit_properties(pytester)["nvlink_left_out"]
+    result.stdout.fnmatch_lines(["*PARTIAL run: 1 of 388 nvlink checks ran; left out: 387 deselected*"])
 
 
 def test_the_readmes_topology_only_selection_is_partial_not_pass(pytester: pytest.Pytester) -> None:
@@ -184,7 +184,7 @@ def test_the_fleet_counts_a_partial_node_as_not_passing_and_says_why(pytester: p
     jsonschema.validate(fleet_document, json.loads(FLEET_SCHEMA.read_text()))
     (node,) = fleet_document["nodes"]
     assert node["status"] == "incomplete" and node["run_verdict"] == "PARTIAL"
-    assert "PARTIAL run: 1 of 380 nvlink checks ran" in node["first_failure"]
+    assert "PARTIAL run: 1 of 388 nvlink checks ran" in node["first_failure"]
 
 
 # --- interrupted runs: Ctrl-C, SIGTERM, a Ctrl-C while outputs are written -----------------------------
@@ -278,7 +278,7 @@ def test_the_sigterm_handler_is_put_back_when_the_session_ends(pytester: pytest.
 def test_under_xdist_a_selection_is_partial_and_a_stop_is_not_an_interruption(pytester: pytest.Pytester) -> None:
     pytester.runpytest(*HEALTHY, "-n", "2", "-k", "test_driver", "--nvlink-json=k.json")
     left_out = _results(pytester, "k.json")["left_out"]
-    assert _results(pytester, "k.json")["verdict"] == "PARTIAL" and (left_out["full_set"], left_out["ran"]) == (380, 1)
+    assert _results(pytester, "k.json")["verdict"] == "PARTIAL" and (left_out["full_set"], left_out["ran"]) == (388, 1)
     pytester.runpytest(*DEGRADED, "-n", "2", "-x", "--nvlink-json=x.json")
     document = _results(pytester, "x.json")
     assert document["verdict"] == "FAIL" and document["left_out"]["interrupted"] is None

@@ -323,10 +323,13 @@ def test_the_frozen_schema_2_file_is_never_regenerated() -> None:
 
 
 def test_schema_2_and_schema_3_of_one_node_read_alike() -> None:
-    # The shipped file has since gained an Xid-free event window (issue 27), which the frozen file predates.
+    # The shipped file has since gained an Xid-free event window and host-link figures (issue 27), which the
+    # frozen file predates.
     frozen, shipped = load_snapshot(FROZEN_SCHEMA2), _node("h100-8gpu-degraded.json")
     assert frozen.event_window is None and shipped.event_window is not None
-    assert frozen == dataclasses.replace(shipped, xid_events=None, event_window=None)
+    assert not frozen.measurements.host_link and len(shipped.measurements.host_link) == 32
+    measurements = dataclasses.replace(shipped.measurements, host_link=[])
+    assert frozen == dataclasses.replace(shipped, xid_events=None, event_window=None, measurements=measurements)
 
 
 def _verdicts(pytester: pytest.Pytester, snapshot: Path, name: str) -> dict[str, tuple[str, str]]:
@@ -347,13 +350,17 @@ def _verdicts(pytester: pytest.Pytester, snapshot: Path, name: str) -> dict[str,
 def test_schema_2_and_schema_3_of_one_node_give_the_same_verdicts(pytester: pytest.Pytester) -> None:
     before = _verdicts(pytester, FROZEN_SCHEMA2, "schema2")
     after = _verdicts(pytester, SNAPSHOTS / "h100-8gpu-degraded.json", "schema3")
-    assert len(before) == 380
+    assert len(before) == 388
     assert sum(outcome == "failed" for outcome, _ in before.values()) > 20
     # The frozen file predates recorded Xid events: its test_xid items fail closed, the shipped file's pass.
     xid = {name for name in before if name.startswith("test_xid[")}
     assert len(xid) == 8 and all("watched for no driver events" in before[name][1] for name in xid)
     assert all(after[name] == ("passed", "") for name in xid)
-    assert {k: v for k, v in before.items() if k not in xid} == {k: v for k, v in after.items() if k not in xid}
+    # Likewise host-link figures (issue 27): the frozen file has none, so each GPU fails as not measured.
+    host = {name for name in before if name.startswith("test_host_link[")}
+    assert len(host) == 8 and all("host link not measured" in before[name][1] for name in host)
+    newer = xid | host
+    assert {k: v for k, v in before.items() if k not in newer} == {k: v for k, v in after.items() if k not in newer}
 
 
 def test_replaying_a_table_with_null_in_distinct_is_a_usage_error(pytester: pytest.Pytester) -> None:

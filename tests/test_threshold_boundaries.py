@@ -27,7 +27,7 @@ from pytest_nvlink.config.required_keys import REQUIREMENTS
 from pytest_nvlink.config.shipped import COLLECTIVE_OPS, shipped_names
 from pytest_nvlink.config.suites import Suite, load_suite
 from pytest_nvlink.config.thresholds import THRESHOLD_SCHEMA, Threshold, Thresholds, load_thresholds
-from pytest_nvlink.judges import bandwidth, baseline, collectives, nvlink, platform, rack
+from pytest_nvlink.judges import bandwidth, baseline, collectives, host_link, nvlink, platform, rack
 from pytest_nvlink.judges.baseline_match import Baseline
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.judges.groups import PairSet
@@ -40,6 +40,7 @@ from pytest_nvlink.model import (
     NvLinkInfo,
     P2PMeasurement,
 )
+from pytest_nvlink.model.host_link import HOST_LINK_DIRECTIONS, C2CInfo, C2CLink, HostLinkMeasurement
 from pytest_nvlink.sources.snapshot.file import load_snapshot
 from pytest_nvlink.verdict import Outcome, Verdict
 
@@ -53,6 +54,7 @@ NOT_BOUNDS: dict[str, str] = {
     "fabric.clique_required": "a switch (the rack clique check applies or not), not a figure with a boundary",
     "xid.fail": "a list of Xid numbers (membership, tests/test_xid.py), not a figure with a boundary",
     "inventory.mig": 'a mode, "off" or "on" (tests/test_mig_checks.py), not a figure with a boundary',
+    "c2c.required": "a switch (the NVLink-C2C check applies or not), not a figure with a boundary",
     **{
         f"collectives.{op}.assumes_nvls": "chooses the likely cause a failing collective names; it moves no verdict"
         for op in COLLECTIVE_OPS
@@ -309,6 +311,53 @@ def _collective_change(thresholds: Thresholds, key: str, figures_then_now: tuple
     return _recorded(baseline.collective(ctx, _baseline_of(ctx, old), "all_reduce", results), ctx)
 
 
+def _host_link_floor(thresholds: Thresholds, key: str, value: float) -> Outcome:
+    """Every GPU's figures at their floors, GPU 0's directions held to ``key`` at the setting (the spread
+    rule cannot fail it: all the others sit at the same floor)."""
+    ctx = _context(thresholds)
+    figures = []
+    for gpu in ctx.node.gpus:
+        for direction in HOST_LINK_DIRECTIONS:
+            floor_key = host_link.DIRECTION_KEYS[direction]
+            figure = value if gpu.index == 0 and floor_key == key else thresholds.value(floor_key)
+            figures.append(HostLinkMeasurement(gpu.index, direction, figure, host_numa_node=gpu.numa_node))
+    return _recorded(host_link.host_link(ctx, 0, figures), ctx)
+
+
+HOST_LINK_MEDIAN = 1000.0  # every other GPU's figure: well above any shipped floor, so only the spread decides
+
+
+def _host_link_spread(thresholds: Thresholds, key: str, value: float) -> Outcome:
+    """Seven GPUs at HOST_LINK_MEDIAN, GPU 0 at ``value`` in every direction; a set without floors (the shared
+    nvswitch-common) is judged with floors of 1 GB/s laid over it."""
+    thresholds = copy.copy(thresholds)
+    thresholds.values = dict(thresholds.values)
+    for floor_key in set(host_link.DIRECTION_KEYS.values()) - set(thresholds.values):
+        thresholds.values[floor_key] = Threshold(floor_key, 1.0, thresholds.files[-1])
+    ctx = _context(thresholds)
+    figures = [
+        HostLinkMeasurement(gpu.index, d, value if gpu.index == 0 else HOST_LINK_MEDIAN, host_numa_node=gpu.numa_node)
+        for gpu in ctx.node.gpus
+        for d in HOST_LINK_DIRECTIONS
+    ]
+    return _recorded(host_link.host_link(ctx, 0, figures), ctx)
+
+
+def _spread_steps(fraction: float) -> tuple[float, list[float]]:
+    """The figure exactly ``fraction`` below HOST_LINK_MEDIAN (as the judge computes it), and one ulp lower."""
+    at = HOST_LINK_MEDIAN * (1 - fraction)
+    return at, [math.nextafter(at, -math.inf)]
+
+
+def _c2c_speed(thresholds: Thresholds, key: str, speed: float) -> Outcome:
+    """GPU 0 with ten active NVLink-C2C links, link 3 at the setting and the others at the floor."""
+    ctx = _context(thresholds)
+    floor = thresholds.value(key)
+    links = [C2CLink(n, True, speed if n == 3 else floor) for n in range(10)]
+    ctx.node.gpus[0].c2c = C2CInfo(link_count=10, links=links)
+    return _recorded(host_link.c2c_link(ctx, 0), ctx)
+
+
 # --- steps: the setting exactly at the bound, and the settings one step beyond it ------------------------------
 
 Steps = Callable[[Any], tuple[Any, list[Any]]]
@@ -452,6 +501,9 @@ BOUNDS: tuple[tuple[str, Bound], ...] = (
         r"p2p\.nvlink_counter_fraction_max",
         Bound((("one pair", _proof(grouped=False)), ("group", _proof(grouped=True))), _share_step(+1)),
     ),
+    (r"host_link\.(h2d|d2h|bidir)_min_gbps", _one("host-link figure", _host_link_floor, _ulp_below)),
+    (r"host_link\.below_median_max_fraction", _one("below the node's median", _host_link_spread, _spread_steps)),
+    (r"c2c\.link_max_bw_min_gbps", _one("C2C link bandwidth", _c2c_speed, _ulp_below)),
     (r"p2p\.sendrecv_min_gbps", _one("send/recv pair", _sendrecv, _ulp_below, rack_only=True)),
     (r"nvlink_errors\.\w+_total_max", _one("total", _error_counter("total"), _one_above)),
     (r"nvlink_errors\.\w+_run_max", _one("during the run", _error_counter("run"), _one_above)),

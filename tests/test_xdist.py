@@ -63,7 +63,7 @@ def test_replay_under_xdist_keeps_summary_save_and_junit(pytester: pytest.Pytest
         "-p",
         "no:cacheprovider",
     )
-    result.assert_outcomes(failed=29, passed=351)
+    result.assert_outcomes(failed=30, passed=358)
     result.stdout.fnmatch_lines(
         [
             "*pytest-nvlink summary*",

@@ -48,3 +48,14 @@ def test_baseline_collective(
 
 def test_baseline_facts(nvlink_run: Run, nvlink_gpu_index: int, nvlink_judge: Callable[[Verdict], None]) -> None:
     nvlink_judge(baseline.gpu_facts(nvlink_run.context, nvlink_run.baseline, nvlink_gpu_index))
+
+
+def test_baseline_host_link(
+    nvlink_run: Run,
+    nvlink_measurements: MeasurementProvider,
+    nvlink_gpu_index: int,
+    nvlink_judge: Callable[[Verdict], None],
+) -> None:
+    figures = nvlink_measurements.host_link()
+    stamp_conditions(nvlink_run)
+    nvlink_judge(baseline.host_link(nvlink_run.context, nvlink_run.baseline, nvlink_gpu_index, figures))

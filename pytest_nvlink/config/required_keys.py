@@ -45,6 +45,14 @@ P2P_KEYS: tuple[str, ...] = (
     "p2p.nvlink_counter_fraction_min",
     "p2p.nvlink_counter_fraction_max",
 )
+# Every GPU has a host link (PCIe, or NVLink-C2C on Grace): its figures and whether C2C is expected.
+HOST_LINK_KEYS: tuple[str, ...] = (
+    "host_link.h2d_min_gbps",
+    "host_link.d2h_min_gbps",
+    "host_link.bidir_min_gbps",
+    "host_link.below_median_max_fraction",
+    "c2c.required",
+)
 
 REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement(
@@ -53,6 +61,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         ("nvlink.active_links", "pcie.generation_min", "pcie.width_min"),
     ),
     Requirement("every GPU's Xid events during the run are judged", lambda suite: True, ("xid.fail",)),
+    Requirement("every GPU's host link is judged", lambda suite: True, HOST_LINK_KEYS),
     Requirement("its topology expects NV# pairs", Suite.expects_any_nvlink, NVLINK_KEYS + P2P_KEYS),
     Requirement("suite.nvswitch = true", lambda suite: suite.nvswitch, ("fabric.required",)),
     Requirement(

@@ -94,6 +94,16 @@ THRESHOLD_SCHEMA: dict[str, Check] = {
     "xid.fail": _xid_list,
     # Optional: the MIG mode every GPU must have, now and after its next reset (judges/mig.py); absent, none is.
     "inventory.mig": _mig_required,
+    # Each GPU's host link, pinned host memory <-> GPU memory on the copy engine (GB/s, 1e9 bytes/s).
+    "host_link.h2d_min_gbps": _GBPS,
+    "host_link.d2h_min_gbps": _GBPS,
+    # Each direction's share while both directions run at once (nvbandwidth's *_bidirectional_memcpy_ce).
+    "host_link.bidir_min_gbps": _GBPS,
+    # A GPU this fraction or more below the node's median of the same direction fails even above the floor.
+    "host_link.below_median_max_fraction": _number(0, 1),
+    # NVLink-C2C to a Grace CPU: whether the GPU must report it with every link active, and each link's floor.
+    "c2c.required": _boolean,
+    "c2c.link_max_bw_min_gbps": _LINK_GBPS,
 }
 for _counter in ALL_ERROR_COUNTER_NAMES:
     THRESHOLD_SCHEMA[error_total_key(_counter)] = _COUNT
@@ -327,6 +337,7 @@ def _extends_chain(path: Path, first_raw: dict[str, Any] | None = None) -> list[
 
 
 def _check_consistency(thresholds: Thresholds) -> None:
+    _check_host_link(thresholds)
     uni = thresholds.get("p2p.unidirectional_min_gbps")
     bidi = thresholds.get("p2p.bidirectional_min_gbps")
     if uni and bidi and bidi.value < uni.value:
@@ -341,4 +352,17 @@ def _check_consistency(thresholds: Thresholds) -> None:
         raise ConfigError(
             f"{speed.file}:{speed.key}: set for a SKU that expects no NVLink ({links.file}:{links.key} = 0); "
             "correct nvlink.active_links, or use a suite whose SKU has no NVLink"
+        )
+
+
+def _check_host_link(thresholds: Thresholds) -> None:
+    """A set that requires NVLink-C2C must say how fast each link is (or waive it with a reason)."""
+    required = thresholds.get("c2c.required")
+    key = "c2c.link_max_bw_min_gbps"
+    if required is None or required.value is not True:
+        return
+    if thresholds.get(key) is None and thresholds.waiver(key) is None:
+        raise ConfigError(
+            f"{required.file}:{key}: required key missing; {required.where()} = true judges every NVLink-C2C link, "
+            f'so set the floor of each link with a `# Source:` comment, or waive it: [waive] "{key}" = "why"'
         )

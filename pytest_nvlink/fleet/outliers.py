@@ -141,7 +141,27 @@ def node_figures(measurements: dict[str, Any]) -> list[NodeFigure]:
             value, where = worst[kind]
             found.append((f"p2p {kind}", unit, higher_is_better, Figure(value, where)))
     found.extend(_collective_figures(measurements.get("collectives", [])))
+    found.extend(_host_link_figures(measurements.get("host_link", [])))
     return found
+
+
+HOST_LINK_FAMILIES = ("h2d", "d2h", "bidir_h2d", "bidir_d2h")
+
+
+def _host_link_figures(entries: list[dict[str, Any]]) -> list[NodeFigure]:
+    """Each direction's slowest GPU: a node whose worst GPU lags the fleet's is the outlier, the GPU named."""
+    worst: dict[str, tuple[float, str]] = {}
+    for entry in entries:
+        direction, value = entry.get("direction"), entry.get("value")
+        if value is None or entry.get("error") or direction not in HOST_LINK_FAMILIES:
+            continue
+        if direction not in worst or value < worst[direction][0]:
+            worst[direction] = (float(value), f"GPU {entry.get('gpu')}")
+    return [
+        (f"host link {direction}", "GB/s", True, Figure(*worst[direction]))
+        for direction in HOST_LINK_FAMILIES
+        if direction in worst
+    ]
 
 
 def _collective_figures(entries: list[dict[str, Any]]) -> list[NodeFigure]:

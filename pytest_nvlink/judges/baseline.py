@@ -16,6 +16,7 @@ from pytest_nvlink.judges.collectives import pick_collective
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import CollectiveMeasurement, Gpu, Node, P2PMeasurement
 from pytest_nvlink.model.figures import worst_figure
+from pytest_nvlink.model.host_link import HOST_LINK_DIRECTIONS, HostLinkMeasurement
 from pytest_nvlink.verdict import Verdict, failed, not_applicable, passed, unknown, waived
 
 P2P_KINDS: tuple[str, ...] = ("unidirectional", "bidirectional", "latency")
@@ -24,6 +25,8 @@ _TOLERANCE_KEY = {
     "bidirectional": "baseline.p2p_drop_max_pct",
     "latency": "baseline.latency_rise_max_pct",
     "collective": "baseline.collective_drop_max_pct",
+    # A host-link figure is a copy bandwidth like a P2P one, with the same run-to-run spread: the same tolerance.
+    "host_link": "baseline.p2p_drop_max_pct",
 }
 
 
@@ -106,6 +109,51 @@ def _value(measurement: P2PMeasurement | None) -> float | None:
 
 def _conditions(measurement: P2PMeasurement | CollectiveMeasurement | None) -> dict[str, str] | None:
     return None if measurement is None else measurement.conditions
+
+
+def host_link(context: Context, given: Baseline | None, index: int, figures: list[HostLinkMeasurement]) -> Verdict:
+    """Each direction of one GPU's host link against the baseline's same GPU (``baseline.p2p_drop_max_pct``)."""
+    found = _baseline_or_problem(given)
+    if isinstance(found, Verdict):
+        return found
+    baseline = found
+    lost = _unmatched(baseline, index)
+    if lost is not None:
+        return failed(f"GPU {index}: host link not compared: {lost}", _props(baseline, "gpus", None, None))
+    old = baseline.gpu_map[index]
+    if not baseline.node.measurements.host_link:
+        # As a fact a schema-1 file lacks: listed as not compared, not failed (the module's rule).
+        return not_applicable(
+            f"GPU {index}: the baseline ({baseline.label()}) recorded no host-link figures (saved before they were "
+            "measured), so the host link is not compared; save a new baseline to compare it"
+        )
+
+    def first(measured: list[HostLinkMeasurement], gpu: int, direction: str) -> HostLinkMeasurement | None:
+        return next((m for m in measured if (m.gpu, m.direction) == (gpu, direction)), None)
+
+    compared = []
+    for direction in HOST_LINK_DIRECTIONS:
+        now, then = first(figures, index, direction), first(baseline.node.measurements.host_link, old, direction)
+        if now is None and then is None:
+            continue  # neither run measured this direction: nothing to compare
+        compared.append(
+            Figure(
+                f"GPU {index}: host link {direction}",
+                "host_link",
+                None if now is None or now.error else now.value,
+                None if then is None or then.error else then.value,
+                "GB/s",
+                None if now is None else now.conditions,
+                None if then is None else then.conditions,
+            )
+        )
+    if not compared:
+        return unknown(
+            f"the host-link comparison of GPU {index}",
+            "neither this run nor the baseline recorded a host-link figure for it",
+            _props(baseline, "host_link", None, None, "GB/s"),
+        )
+    return _judge_figures(context, baseline, compared)
 
 
 def collective(context: Context, given: Baseline | None, op: str, results: list[CollectiveMeasurement]) -> Verdict:

@@ -7,7 +7,7 @@ H100 VM measured 14.2 GB/s host->device on one GPU while the others gave ~57: NV
 Which figures a floor judges: the floors are about pinned host memory on the copy engine. Every source
 states the memory in ``conditions["memory"]`` ("pinned" or "pageable"); a figure whose memory is not
 "pinned" (cuda-samples ``bandwidthTest --memory=pageable``, DCGM's unpinned subtest) is kept for the
-record and must never be judged against a pinned floor (:func:`is_pinned`). ``method`` says how the
+record and must never be judged against a pinned floor (:func:`meets_pinned_floor`). ``method`` says how the
 copy was made ("ce" or "sm"); an "sm" figure measures a kernel's loads and stores, not the copy engine.
 """
 
@@ -55,6 +55,15 @@ class C2CInfo:
 
     link_count: int | None = None
     links: list[C2CLink] = field(default_factory=list)
+
+
+def meets_pinned_floor(measurement: HostLinkMeasurement) -> bool:
+    """Whether a figure is held to the pinned floors: every figure but one stated as pageable.
+
+    A figure whose memory is not stated is held to them too: pageable copies only ever read slower, so
+    judging one against a pinned floor can wrongly fail a link but never wrongly pass it.
+    """
+    return (measurement.conditions or {}).get("memory") != PAGEABLE
 
 
 def is_pinned(measurement: HostLinkMeasurement) -> bool:

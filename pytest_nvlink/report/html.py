@@ -41,6 +41,15 @@ class Heatmap:
 
 
 @dataclass(frozen=True)
+class HostLinkChart:
+    """Every GPU's host-link figures as bars on the SKU's fixed scale."""
+
+    bars: list[pictures.HostLinkBar]
+    scale: pictures.Scale
+    gpus: int
+
+
+@dataclass(frozen=True)
 class GpuRow:
     index: int
     name: str
@@ -81,6 +90,7 @@ CHECK_PICTURES: dict[str, str] = {
     "test_path": "topology",
     "test_p2p_status": "topology",
     "test_nvlink_active_links": "topology",
+    "test_host_link": "host_link",
 }
 
 
@@ -94,6 +104,9 @@ def picture_html(run: Run, check: str, items: Sequence[ItemResult]) -> str | Non
     macros = environment().get_template("pictures.html.j2").module
     if picture == "topology":
         return str(macros.topology_table(pictures.topology_rows(run))) if run.node.gpus else None  # type: ignore[attr-defined]
+    if picture == "host_link":
+        chart = host_link_chart(run, items)
+        return None if chart is None else str(macros.host_link_chart(chart))  # type: ignore[attr-defined]
     heatmap = _heatmap(run, picture, items)
     return None if heatmap is None else str(macros.heatmap(heatmap))  # type: ignore[attr-defined]
 
@@ -120,6 +133,7 @@ def report_context(results: Results) -> dict[str, object]:
         "gpus": [_gpu_row(gpu) for gpu in node.gpus],
         "topology": pictures.topology_rows(run) if node.gpus else [],
         "heatmaps": [h for h in (_heatmap(run, kind, results.items) for kind in P2P_KINDS) if h is not None],
+        "host_link_chart": host_link_chart(run, results.items),
         "collectives": collective_rows(node.measurements.collectives, results.items),
         "floors": {
             op: run.thresholds.value(f"collectives.{op}.busbw_min_gbps")
@@ -153,6 +167,23 @@ def _heatmap(run: Run, kind: str, items: Sequence[ItemResult]) -> Heatmap | None
     failing = {pair for pair, outcome in pair_outcomes(items, f"test_p2p_{kind}").items() if outcome == "fail"}
     cells = pictures.heatmap(run, kind, scale, failing)
     return Heatmap(kind, pictures.UNIT[kind], size, cells, scale, pictures.worst(run, kind))
+
+
+def host_link_chart(run: Run, items: Sequence[ItemResult]) -> HostLinkChart | None:
+    """The bar chart of the host-link figures; None when none was recorded."""
+    if not run.node.measurements.host_link:
+        return None
+    scale = pictures.host_link_scale(run)
+    if scale is None:  # no nominal in the threshold file: scale to the figures, and say so
+        values = [m.value for m in run.node.measurements.host_link if m.value is not None]
+        scale = pictures.Scale(0.0, max(values, default=1.0), None, True, "largest figure (no SKU scale)")
+    failing = {
+        int(item.properties["gpu_index"])
+        for item in items
+        if item.check == "test_host_link" and item.outcome == "fail" and "gpu_index" in item.properties
+    }
+    bars = pictures.host_link_bars(run, scale, failing)
+    return HostLinkChart(bars, scale, len({bar.gpu for bar in bars}))
 
 
 def _gpu_row(gpu: Gpu) -> GpuRow:

@@ -161,3 +161,75 @@ def sweeps(run: Run) -> list[Sweep]:
         for op, points in sorted(by_op.items())
         if len(points) > 1
     ]
+
+
+# Nominal payload rate of one PCIe lane per direction, GB/s: the transfer rate (2.5/5/8/16/32/64 GT/s, PCI-SIG's
+# PCI Express Base Specification) after line encoding (8b/10b to Gen2, 128b/130b from Gen3, FLIT at Gen6).
+PCIE_LANE_GBPS: dict[int, float] = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+# NVLink-C2C between Grace and the GPU: 900 GB/s both directions together, 450 each way (NVIDIA GB200 NVL72 page).
+C2C_NOMINAL_GBPS = 450.0
+HOST_LINK_CHART_DIRECTIONS: tuple[tuple[str, str, str], ...] = (
+    ("h2d", "H2D", "host_link.h2d_min_gbps"),
+    ("d2h", "D2H", "host_link.d2h_min_gbps"),
+    ("bidir_h2d", "bi H2D", "host_link.bidir_min_gbps"),
+    ("bidir_d2h", "bi D2H", "host_link.bidir_min_gbps"),
+)
+
+
+def host_link_scale(run: Run) -> Scale | None:
+    """0 .. the SKU's nominal host link per direction: NVLink-C2C on Grace, else PCIe of pcie.generation_min x
+    pcie.width_min; None when the threshold set names neither."""
+    thresholds = run.thresholds
+    floor = thresholds.value("host_link.h2d_min_gbps")
+    limit = None if floor is None else float(floor)
+    if thresholds.value("c2c.required") is True:
+        return Scale(0.0, C2C_NOMINAL_GBPS, limit, True, "NVLink-C2C, 450 GB/s each way")
+    gen, width = thresholds.value("pcie.generation_min"), thresholds.value("pcie.width_min")
+    if gen not in PCIE_LANE_GBPS or not width:
+        return None
+    return Scale(0.0, PCIE_LANE_GBPS[gen] * width, limit, True, f"PCIe Gen{gen} x{width} per direction")
+
+
+@dataclass(frozen=True)
+class HostLinkBar:
+    """One GPU's figure in one direction, drawn against the scale: ``length`` and ``floor`` are 0..1 of it."""
+
+    gpu: int
+    label: str
+    length: float
+    floor: float | None
+    text: str
+    fill: str
+    flagged: bool  # below its floor, or the GPU's host-link verdict failed, or not measured
+    title: str
+
+
+def host_link_bars(run: Run, scale: Scale, failing: set[int]) -> list[HostLinkBar]:
+    """Each GPU's host-link figures (its first per direction), GPU by GPU; ``failing``: GPUs whose verdict failed."""
+    figures: dict[tuple[int, str], float | None] = {}
+    for m in run.node.measurements.host_link:
+        figures.setdefault((m.gpu, m.direction), None if m.error is not None else m.value)
+    gpus = sorted({gpu for gpu, _ in figures})
+    bars = []
+    for gpu in gpus:
+        for direction, label, key in HOST_LINK_CHART_DIRECTIONS:
+            if (gpu, direction) not in figures:
+                continue
+            floor = run.thresholds.value(key)
+            bar = _host_link_bar(scale, gpu, label, figures[gpu, direction], (key, floor), failed=gpu in failing)
+            bars.append(bar)
+    return bars
+
+
+def _host_link_bar(
+    scale: Scale, gpu: int, label: str, value: float | None, floor_of: tuple[str, float | None], *, failed: bool
+) -> HostLinkBar:
+    key, floor = floor_of
+    floor_at = None if floor is None else scale.position(float(floor))
+    if value is None:
+        return HostLinkBar(gpu, label, 0.0, floor_at, "err", "#d62728", True, f"GPU {gpu} {label}: not measured")
+    below = floor is not None and value < float(floor)
+    beyond = " (beyond the scale)" if value > scale.high else ""
+    title = f"GPU {gpu} {label}: {value:.1f} GB/s{beyond}" + (f", floor {float(floor):g} GB/s ({key})" if floor else "")
+    fill = scale.colour(value)
+    return HostLinkBar(gpu, label, scale.position(value), floor_at, f"{value:.1f}", fill, below or failed, title)

@@ -139,7 +139,33 @@ def measurement_lines(run: Run, items: Sequence[ItemResult]) -> list[str]:
     transports = nccl_transport_line(run)
     if transports:
         lines += [transports, ""]
+    host_link = host_link_line(run)
+    if host_link:
+        lines += [host_link, ""]
     return lines
+
+
+_HOST_LINK_SHORT = {"h2d": "h2d", "d2h": "d2h", "bidir_h2d": "bidir h2d", "bidir_d2h": "bidir d2h"}
+
+
+def host_link_line(run: Run) -> str | None:
+    """One line: each direction's range over the GPUs, and the lowest figure against its floor."""
+    by_direction: dict[str, list[tuple[float, int]]] = {}
+    for m in run.node.measurements.host_link:
+        if m.value is not None and m.error is None:
+            by_direction.setdefault(m.direction, []).append((m.value, m.gpu))
+    if not by_direction:
+        return None
+    ranges = ", ".join(f"{_HOST_LINK_SHORT.get(d, d)} {min(v)[0]:.1f}-{max(v)[0]:.1f}" for d, v in by_direction.items())
+    lowest = []
+    for direction, values in by_direction.items():
+        key = "host_link.bidir_min_gbps" if direction.startswith("bidir") else f"host_link.{direction}_min_gbps"
+        floor = run.thresholds.value(key)
+        value, gpu = min(values)
+        if floor is not None and value < floor:
+            lowest.append(f"GPU {gpu} {_HOST_LINK_SHORT.get(direction, direction)} {value:.1f} < {floor:g}")
+    below = f"; below the floor: {'; '.join(lowest)}" if lowest else ""
+    return f"host link per GPU (GB/s, pinned host memory, copy engine): {ranges}{below}"
 
 
 def summary_lines(

@@ -31,6 +31,7 @@ from pytest_nvlink.model import (
     TransportChannel,
 )
 from pytest_nvlink.model.document import save_snapshot
+from pytest_nvlink.model.host_link import HostLinkMeasurement
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the rack builders live next to this file
 import rack_snapshots as rack
@@ -279,6 +280,34 @@ def vm_measurements() -> Measurements:
     return Measurements(p2p=p2p, collectives=collectives, nccl=audit)
 
 
+# Pinned host memory on the GPU's own NUMA node, copy engine, PCIe Gen5 x16: ~55 GB/s each way as nvbandwidth
+# measures on 8xH200 (55.4/55.1, stas00/ml-engineering), a little less per direction while both directions run.
+HOST_LINK_GBPS = {"h2d": 55.3, "d2h": 54.8, "bidir_h2d": 47.6, "bidir_d2h": 46.9}
+# The degraded node's GPU 3 copies host->device at 14.2 GB/s, as one GPU of the H100 VM in NVIDIA/nvbandwidth#6.
+SLOW_HOST_LINK = (3, "h2d", 14.2)
+
+
+def host_link_figures(node: Node, slow: tuple[int, str, float] | None = None) -> list[HostLinkMeasurement]:
+    figures = []
+    for gpu in node.gpus:
+        for direction, value in HOST_LINK_GBPS.items():
+            measured = round(value - 0.1 * (gpu.index % 4), 1)
+            if slow is not None and (gpu.index, direction) == slow[:2]:
+                measured = slow[2]
+            figures.append(
+                HostLinkMeasurement(
+                    gpu.index,
+                    direction,
+                    measured,
+                    method="ce",
+                    bytes_copied=COPIED,
+                    host_numa_node=gpu.numa_node,
+                    source="torch",
+                )
+            )
+    return figures
+
+
 CAMPAIGN_S = 412.5  # how long the measurement campaign of these nodes ran
 
 
@@ -334,6 +363,7 @@ def _measured(build: Callable[[], Node], measure: Callable[[], Measurements]) ->
     def both() -> Node:
         node = build()
         node.measurements = measure()
+        node.measurements.host_link = host_link_figures(node, SLOW_HOST_LINK if node.host == "hgx-h100-02" else None)
         _watched_campaign(node)
         return with_run_record(node)
 

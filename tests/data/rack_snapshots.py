@@ -34,6 +34,7 @@ from pytest_nvlink.model import (
     PairPath,
     TransportChannel,
 )
+from pytest_nvlink.model.host_link import C2CInfo, C2CLink, HostLinkMeasurement
 
 TRAYS = 18
 PER_TRAY = 4
@@ -101,9 +102,33 @@ def _gpu(tray: int, local: int, cluster: str) -> Gpu:
             health_summary="healthy",
         ),
         virtualization_mode="none",
+        # Illustrative: ten C2C links at 45 GB/s each way make the 900 GB/s NVLink-C2C of NVIDIA's GB200 page.
+        c2c=C2CInfo(link_count=C2C_LINKS, links=[C2CLink(n, True, C2C_LINK_GBPS) for n in range(C2C_LINKS)]),
         host=host,
         local_index=local,
     )
+
+
+C2C_LINKS = 10
+C2C_LINK_GBPS = 45.0
+
+
+def host_links(gpus: list[Gpu]) -> list[HostLinkMeasurement]:
+    """Each GPU's host link over NVLink-C2C, pinned Grace memory on the GPU's own NUMA node, copy engine."""
+    figures = {"h2d": 352.4, "d2h": 318.7, "bidir_h2d": 176.9, "bidir_d2h": 171.3}
+    return [
+        HostLinkMeasurement(
+            gpu.index,
+            direction,
+            round(value - 0.3 * (gpu.index % 3), 1),
+            method="ce",
+            bytes_copied=1 << 30,
+            host_numa_node=gpu.numa_node,
+            source="torch",
+        )
+        for gpu in gpus
+        for direction, value in figures.items()
+    ]
 
 
 def _rack_node(trays: int = TRAYS) -> Node:
@@ -239,6 +264,7 @@ def healthy_rack() -> Node:
     node = _rack_node()
     pairs = [_sendrecv(a, b, _pair_value(a, b)) for a, b in scheduled_pairs()]
     node.measurements = Measurements(p2p=pairs, collectives=[_all_reduce(839.0)], nccl=_audit(_ring()))
+    node.measurements.host_link = host_links(node.gpus)
     return _record(node)
 
 
@@ -269,6 +295,7 @@ def missing_tray_rack() -> Node:
     world = GPUS - PER_TRAY
     pairs = [_sendrecv(a, b, _pair_value(a, b)) for a, b in scheduled_pairs(TRAYS - 1)]
     node.measurements = Measurements(p2p=pairs, collectives=[_all_reduce(836.2, world)], nccl=_audit(_ring(world)))
+    node.measurements.host_link = host_links(node.gpus)
     return _record(node)
 
 
