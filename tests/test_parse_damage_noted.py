@@ -96,6 +96,11 @@ SMI_NOT_READ = (
     ),
     Irrelevant("'Bus Id' repeats the 'GPU 00000000:...' line that opens the block, which is read", r"^\s+Bus Id\s+:"),
     Irrelevant(
+        "the MIG Mode title's colon cut: 'MIG Mode' without it is the form other drivers print, read alike",
+        r"^\s+MIG Mode\s*:\s*$",
+        frozenset({"truncate"}),
+    ),
+    Irrelevant(
         "the log's banner, stamp and CUDA version, not read", r"^(?:=+NVSMI LOG=+|Timestamp|CUDA Version)(?:\s|$)"
     ),
 )

@@ -116,8 +116,10 @@ def test_live_under_xdist_probes_and_measures_once_in_the_controller(
     outcomes = result.parseoutcomes()
     # Two GPUs, no CUDA: the 2 x 4 P2P items fail with the reason; gloo gives no NCCL log to audit; and
     # with no GPU traffic the 2 PCIe items cannot sample the generation under load.
-    # The two test_xid items pass: the controller listened for Xid events and the fake NVML sent none.
-    assert (outcomes["passed"], outcomes["failed"]) == (35 - 2 * 4 - 1 - 2, 2 * 4 + 1 + 2)
+    # The two test_xid items pass: the controller listened for Xid events and the fake NVML sent none. The
+    # controller measured the host links too: the 2 test_host_link items fail, CUDA sees no GPU.
+    assert (outcomes["passed"], outcomes["failed"]) == (37 - 2 * 4 - 1 - 2 - 2, 2 * 4 + 1 + 2 + 2)
+    result.stdout.fnmatch_lines(["*GPU 0: host link not measured: the host->device copy failed: not visible to CUDA*"])
     result.stdout.fnmatch_lines(["*could not determine the PCIe generation of GPU 0 under load*"])
     result.stdout.fnmatch_lines(["*could not determine the unidirectional P2P bandwidth GPU 0 -> GPU 1: *CUDA*"])
     result.stdout.fnmatch_lines(["collective *size MiB*", "all_reduce *1 *2 *ok"])
