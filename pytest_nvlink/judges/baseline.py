@@ -16,7 +16,7 @@ from pytest_nvlink.judges.collectives import pick_collective
 from pytest_nvlink.judges.context import Context
 from pytest_nvlink.model import CollectiveMeasurement, Gpu, Node, P2PMeasurement
 from pytest_nvlink.model.figures import worst_figure
-from pytest_nvlink.model.host_link import HOST_LINK_DIRECTIONS, HostLinkMeasurement
+from pytest_nvlink.model.host_link import HOST_LINK_DIRECTIONS, HostLinkMeasurement, worst_host_link
 from pytest_nvlink.verdict import Verdict, failed, not_applicable, passed, unknown, waived
 
 P2P_KINDS: tuple[str, ...] = ("unidirectional", "bidirectional", "latency")
@@ -128,12 +128,12 @@ def host_link(context: Context, given: Baseline | None, index: int, figures: lis
             "measured), so the host link is not compared; save a new baseline to compare it"
         )
 
-    def first(measured: list[HostLinkMeasurement], gpu: int, direction: str) -> HostLinkMeasurement | None:
-        return next((m for m in measured if (m.gpu, m.direction) == (gpu, direction)), None)
-
     compared = []
     for direction in HOST_LINK_DIRECTIONS:
-        now, then = first(figures, index, direction), first(baseline.node.measurements.host_link, old, direction)
+        now, then = (
+            worst_host_link(figures, index, direction),
+            worst_host_link(baseline.node.measurements.host_link, old, direction),
+        )
         if now is None and then is None:
             continue  # neither run measured this direction: nothing to compare
         compared.append(

@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from pytest_nvlink.config.thresholds import Threshold
 from pytest_nvlink.judges.context import Context, gpu_properties, per_gpu
 from pytest_nvlink.model import Gpu
-from pytest_nvlink.model.host_link import HOST_LINK_DIRECTIONS, C2CInfo, HostLinkMeasurement, meets_pinned_floor
+from pytest_nvlink.model.host_link import (
+    HOST_LINK_DIRECTIONS,
+    C2CInfo,
+    HostLinkMeasurement,
+    meets_pinned_floor,
+    worst_host_link,
+)
 from pytest_nvlink.verdict import Verdict, failed, measured_properties, not_applicable, passed, unknown
 
 # The floor of each direction; both shares of a bidirectional run are held to the one key.
@@ -56,17 +62,8 @@ class _Shortfall:
 
 
 def figure_of(figures: list[HostLinkMeasurement], index: int, direction: str) -> HostLinkMeasurement | None:
-    """The GPU's worst figure in ``direction`` held to the pinned floors (a failed one first, then the lowest).
-
-    Several files may each give one (nvbandwidth CE and SM, bandwidthTest): the link is only as good as its
-    worst, as a GPU pair is.
-    """
-    found = [m for m in figures if m.gpu == index and m.direction == direction and meets_pinned_floor(m)]
-    return min(found, key=_badness, default=None)
-
-
-def _badness(m: HostLinkMeasurement) -> tuple[int, float]:
-    return (0, 0.0) if m.value is None or m.error is not None else (1, m.value)
+    """The GPU's figure judged in ``direction``: its worst held to the pinned floors (model rule)."""
+    return worst_host_link(figures, index, direction)
 
 
 def node_median(figures: list[HostLinkMeasurement], direction: str) -> float | None:
@@ -88,6 +85,8 @@ def host_link(ctx: Context, index: int, figures: list[HostLinkMeasurement]) -> V
     if any(ctx.thresholds.waiver(key) is None for key in unset) or len(unset) == len(keys):
         return ctx.missing_threshold(*unset)
     judged = [d for d in HOST_LINK_DIRECTIONS if ctx.thresholds.get(DIRECTION_KEYS[d]) is not None]
+    if not judged:  # every floor waived: only the spread key is left, and it has no figure to hold
+        return ctx.missing_threshold(*unset)
     mine = {d: figure_of(figures, index, d) for d in judged}
     props = _properties(ctx, gpu, mine)
     broken = [(d, m) for d, m in mine.items() if m is not None and (m.error is not None or m.value is None)]
@@ -273,7 +272,12 @@ def c2c_link(ctx: Context, gpu: Gpu) -> Verdict:
             props,
         )
     limit = floor.value if floor is not None else None
-    slow = [link for link in active if limit is not None and (link.max_bandwidth_gbps or limit) < limit]
+    # An unread speed is unknown (below), never the floor: 0 GB/s is slow, not missing.
+    slow = [
+        link
+        for link in active
+        if limit is not None and link.max_bandwidth_gbps is not None and link.max_bandwidth_gbps < limit
+    ]
     if slow and floor is not None:
         shown = ", ".join(f"link {link.link} {link.max_bandwidth_gbps:.1f} GB/s" for link in slow)
         return failed(

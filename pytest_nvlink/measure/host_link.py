@@ -64,6 +64,8 @@ class HostLinkPlan:
     warmup: int = 1  # untimed runs first (clocks up, buffers mapped)
     repeats: int = 3  # timed runs; the figure is their median
     gpu_timeout_s: float = 120.0  # one GPU's child, spawn and torch import included
+    # The whole campaign's bound (the suite's measure.timeout_s); None: only each GPU's own bound.
+    campaign_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.iterations <= MAX_QUEUED:
@@ -171,8 +173,17 @@ def run_host_link(
     """Every GPU of the plan, one after the other; every direction of every GPU gets a figure or an error."""
     factory = engine_factory or TorchHostEngineFactory()
     results: list[HostLinkMeasurement] = []
+    ends = None if plan.campaign_timeout_s is None else time.monotonic() + plan.campaign_timeout_s
     for position, target in enumerate(plan.targets, 1):
-        figures = _run_one(plan, target, factory, binder or NumaBinder())
+        left = plan.gpu_timeout_s if ends is None else min(plan.gpu_timeout_s, ends - time.monotonic())
+        if left <= 0:
+            spent = f"not measured: the host-link campaign's {plan.campaign_timeout_s:g} s limit was spent before GPU"
+            results += [
+                HostLinkMeasurement(target.gpu, d, None, method="ce", error=f"{spent} {target.gpu}")
+                for d in HOST_LINK_DIRECTIONS
+            ]
+            continue
+        figures = _run_one(plan, target, factory, binder or NumaBinder(), left)
         results += figures
         if progress is not None:
             progress(f"host link {position}/{len(plan.targets)} gpu{target.gpu}: {_summary(figures)}")
@@ -180,7 +191,7 @@ def run_host_link(
 
 
 def _run_one(
-    plan: HostLinkPlan, target: HostLinkTarget, factory: HostEngineFactory, binder: NumaBinder
+    plan: HostLinkPlan, target: HostLinkTarget, factory: HostEngineFactory, binder: NumaBinder, limit_s: float
 ) -> list[HostLinkMeasurement]:
     process, conn = _proc.start_child(
         host_link_child, (target, plan, factory, binder), name=f"pytest-nvlink-host-link-gpu{target.gpu}"
@@ -188,14 +199,14 @@ def _run_one(
     found: dict[str, HostLinkMeasurement] = {}
     state = {"step": "start the worker"}
     try:
-        problem = _pump(conn, process, time.monotonic() + plan.gpu_timeout_s, found, state)
+        problem = _pump(conn, process, time.monotonic() + limit_s, found, state)
         if problem is None:
             process.join(10.0)  # let CUDA tear down before anything is killed
     finally:
         _proc.stop_all([process])
         conn.close()
     if problem == "timeout":
-        problem = f"timed out after {plan.gpu_timeout_s:g} s during step '{state['step']}'"
+        problem = f"timed out after {limit_s:g} s during step '{state['step']}'"
     elif problem == "died":
         problem = f"host-link worker died with {_proc.describe_exit(process.exitcode)} during step '{state['step']}'"
     elif problem is not None:

@@ -99,9 +99,9 @@ def measure_host_link(
         )
         results += [HostLinkMeasurement(index, d, None, method="ce", error=reason) for d in HOST_LINK_DIRECTIONS]
     if targets:
-        # One GPU's bound: the suite's whole-campaign timeout, at most HostLinkPlan's default per GPU.
+        # One GPU's bound: at most HostLinkPlan's default per GPU; all GPUs together: the suite's campaign timeout.
         timeout = gpu_timeout_s or min(float(suite.measure.timeout_s), HostLinkPlan.gpu_timeout_s)
-        plan = HostLinkPlan(tuple(targets), gpu_timeout_s=timeout)
+        plan = HostLinkPlan(tuple(targets), gpu_timeout_s=timeout, campaign_timeout_s=float(suite.measure.timeout_s))
         results += run_host_link(plan, engine_factory, binder=binder, progress=progress)
     return sorted(results, key=lambda m: (m.gpu, HOST_LINK_DIRECTIONS.index(m.direction)))
 

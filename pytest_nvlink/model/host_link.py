@@ -73,3 +73,17 @@ def is_pinned(measurement: HostLinkMeasurement) -> bool:
     evidence that the pinned path is fast).
     """
     return (measurement.conditions or {}).get("memory") == PINNED
+
+
+def worst_host_link(figures: list[HostLinkMeasurement], gpu: int, direction: str) -> HostLinkMeasurement | None:
+    """The GPU's worst figure in ``direction`` held to the pinned floors (a failed one first, then the lowest).
+
+    Several files may each give one (nvbandwidth CE and SM, bandwidthTest): the link is only as good as its
+    worst, as a GPU pair is. The one rule the judge, the baseline, the metrics and the chart read a figure by.
+    """
+    found = [m for m in figures if m.gpu == gpu and m.direction == direction and meets_pinned_floor(m)]
+    return min(found, key=_badness, default=None)
+
+
+def _badness(m: HostLinkMeasurement) -> tuple[int, float]:
+    return (0, 0.0) if m.value is None or m.error is not None else (1, m.value)

@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from pytest_nvlink.core.atomic import write_text_atomically
 from pytest_nvlink.model import Node
+from pytest_nvlink.model.host_link import worst_host_link
 from pytest_nvlink.record.results import Results
 
 PREFIX = "pytest_nvlink"
@@ -105,12 +106,11 @@ def _figures(registry: CollectorRegistry, host: str, node: Node) -> None:
         ["host", "gpu", "direction"],
         registry=registry,
     )
-    seen: set[tuple[int, str]] = set()
-    for figure in node.measurements.host_link:
-        if figure.value is None or figure.error is not None or (figure.gpu, figure.direction) in seen:
-            continue  # a GPU's first figure per direction, as the judge reads it
-        seen.add((figure.gpu, figure.direction))
-        host_link.labels(host, str(figure.gpu), figure.direction).set(figure.value)
+    figures = node.measurements.host_link
+    for gpu, direction in dict.fromkeys((m.gpu, m.direction) for m in figures):
+        figure = worst_host_link(figures, gpu, direction)  # the figure the judge reads
+        if figure is not None and figure.value is not None and figure.error is None:
+            host_link.labels(host, str(gpu), direction).set(figure.value)
 
 
 def _links(registry: CollectorRegistry, host: str, node: Node) -> None:

@@ -65,8 +65,10 @@ def _fill(
         link.active = int(status.value or 0) == 1
     else:
         reasons[f"{key}.active"] = f"NVML field {FI_C2C_LINK_GET_STATUS} (C2C link status): {_name(nvml, status)}"
-    if bandwidth.ok:
-        link.max_bandwidth_gbps = float(bandwidth.value or 0) / 1000.0  # MBps -> GB/s
+    if bandwidth.ok and bandwidth.value is not None:
+        link.max_bandwidth_gbps = float(bandwidth.value) / 1000.0  # MBps -> GB/s
+    elif bandwidth.ok and link.active is not False:
+        reasons[f"{key}.max_bandwidth_gbps"] = f"NVML field {FI_C2C_LINK_GET_MAX_BW} (C2C link speed) answered no value"
     elif link.active is not False:  # "for active links": an inactive link has no speed to report
         reasons[f"{key}.max_bandwidth_gbps"] = (
             f"NVML field {FI_C2C_LINK_GET_MAX_BW} (C2C link speed): {_name(nvml, bandwidth)}"
