@@ -317,3 +317,51 @@ def test_on_grace_the_host_link_item_also_judges_the_c2c_links() -> None:
     pcie = _context()
     alone = host_link.host_link(pcie, 0, _figures(pcie))
     assert host_link.with_c2c(alone, host_link.c2c_link(pcie, 0)) is alone
+
+
+def test_a_c2c_link_at_zero_gb_s_fails_and_a_snapshot_with_it_is_refused(tmp_path: Path) -> None:
+    from pytest_nvlink.model.document import save_snapshot
+    from pytest_nvlink.model.records import SnapshotError
+
+    ctx = _c2c_context()
+    gpu = ctx.node.gpus[0]
+    assert gpu.c2c is not None
+    gpu.c2c.links[3] = C2CLink(3, True, 0.0)
+    verdict = host_link.c2c_link(ctx, 0)
+    assert verdict.outcome is Outcome.FAIL and "link 3 0.0 GB/s, below 40.0 GB/s" in verdict.message
+    path = tmp_path / "zero.json"
+    save_snapshot(ctx.node, path)
+    with pytest.raises(SnapshotError, match=r"c2c\.links\[3\]\.max_bandwidth_gbps"):
+        load_snapshot(path)
+
+
+def test_every_floor_waived_with_the_spread_key_still_set_does_not_apply_and_does_not_crash() -> None:
+    from pytest_nvlink.config.thresholds import Waiver
+
+    ctx = _context()
+    thresholds = ctx.thresholds
+    for key in ("host_link.h2d_min_gbps", "host_link.d2h_min_gbps", "host_link.bidir_min_gbps"):
+        thresholds.waivers[key] = Waiver(key, "a site without host-link floors", thresholds.files[-1])
+        del thresholds.values[key]
+    verdict = host_link.host_link(ctx, 0, _figures(ctx))
+    assert verdict.outcome is Outcome.NOT_APPLICABLE and "waived by" in verdict.message
+
+
+def test_the_baseline_compares_each_gpu_s_worst_figure_as_the_floor_judge_does() -> None:
+    from pytest_nvlink.judges import baseline as baseline_judge
+    from pytest_nvlink.judges.baseline_match import Baseline, match_gpus
+
+    ctx = _context()
+    then = _figures(ctx) + [dataclasses.replace(m, method="sm") for m in _figures(ctx)]
+    old = copy.deepcopy(ctx.node)
+    old.measurements.host_link = then
+    given = Baseline(node=old, file=Path("b.json"), saved_utc=None, schema_migrated=False)
+    match_gpus(ctx.node, given)
+    # GPU 0's second (SM) host->device figure drops 11 %: above the floor, past baseline.p2p_drop_max_pct.
+    now = _figures(ctx) + [
+        dataclasses.replace(m, method="sm", value=49.0 if (m.gpu, m.direction) == (0, "h2d") else m.value)
+        for m in _figures(ctx)
+    ]
+    assert host_link.host_link(ctx, 0, now).outcome is Outcome.PASS
+    verdict = baseline_judge.host_link(ctx, given, 0, now)
+    assert verdict.outcome is Outcome.FAIL and "49" in verdict.message

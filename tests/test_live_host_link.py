@@ -202,9 +202,11 @@ def test_the_torch_engine_keeps_the_queue_shallow_and_retries_a_spin_that_ran_sh
     from pytest_nvlink.measure.cuda_simulated import SimulatedGpu, make_torch
     from pytest_nvlink.measure.host_copy import TorchHostEngine
 
-    # Calibrated idle, the spin runs 10,000x faster once warm: the first spin ends long before the copies are queued.
-    sim = SimulatedGpu(bytes_per_s=50e9, idle_hz=0.1e9, warm_hz=1e12, warmup_s=0.001)
+    # A calibration 100x too slow (as on an idle GPU whose clock then rises): the first spin ends long before the
+    # copies are queued. Set outright, so the host's load cannot decide whether the simulated clock was warm.
+    sim = SimulatedGpu(bytes_per_s=50e9)
     engine = TorchHostEngine(0, 16 * MIB, torch_module=make_torch(sim))
+    engine._cycles_per_s = engine._calibrate() / 100
     timed = engine.h2d(16)
     assert timed.tries >= 2  # the short spin was measured and the run repeated, not reported
     assert timed.enqueue_s < 0.8 * timed.spin_s
@@ -221,3 +223,18 @@ def test_live_figures_state_pinned_memory_so_a_floor_judges_them() -> None:
 
     conditions = HostLinkPlan(targets=()).conditions()
     assert is_pinned(HostLinkMeasurement(0, "h2d", 55.0, method="ce", conditions=conditions))
+
+
+def test_the_whole_campaign_is_bounded_and_gpus_it_never_reached_say_so(tmp_path: Path) -> None:
+    targets = tuple(HostLinkTarget(gpu, gpu, 0) for gpu in range(3))
+    plan = HostLinkPlan(targets, nbytes=MIB, iterations=4, repeats=2, gpu_timeout_s=60.0, campaign_timeout_s=5.0)
+    engine = SimulatedHostEngineFactory(hang=(0, "h2d"))
+    started = time.monotonic()
+    table = _by_gpu(run_host_link(plan, engine, binder=_sysfs(tmp_path)))
+    assert time.monotonic() - started < 30  # not 3 x 60 s
+    assert table[0]["h2d"].error is not None and table[0]["h2d"].error.startswith("timed out after")
+    for gpu in (1, 2):
+        assert all(table[gpu][d].value is None for d in HOST_LINK_DIRECTIONS)
+        assert table[gpu]["h2d"].error == (
+            f"not measured: the host-link campaign's 5 s limit was spent before GPU {gpu}"
+        )

@@ -85,21 +85,34 @@ def test_the_send_recv_payload_is_checked_everywhere(small_span: None) -> None:
         assert not data.is_cyclic(broken, 2)
 
 
-# Runs in a fresh interpreter: peak resident memory (ru_maxrss) is the whole process's, so the
-# buffer is allocated and touched first and the fill and the check must add little on top of it.
+# Runs in a fresh interpreter. Resident memory is sampled by a thread while the fill and the check run
+# (torch releases the GIL in its kernels): the process's lifetime peak (ru_maxrss) also holds what importing
+# torch touched and freed, which on a clean machine can exceed the buffer and hide the temporaries.
 PEAK_SCRIPT = textwrap.dedent(
     """
-    import json, resource, sys
+    import json, resource, sys, threading
     import torch
     from pytest_nvlink.measure.busbw import buffers_for
     from pytest_nvlink.measure.pattern import PatternData
 
     torch.set_num_threads(1)
     op, size = sys.argv[1], int(sys.argv[2])
-    peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     def resident():
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * resource.getpagesize()
+    def sampled(work):
+        top, stop = [resident()], threading.Event()
+        def watch():
+            while not stop.wait(0.0002):
+                top[0] = max(top[0], resident())
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            work()
+        finally:
+            stop.set()
+            watcher.join(10)
+        return max(top[0], resident())
     small = buffers_for(op, 1 << 16, 2)
     warm = PatternData(torch, torch.device("cpu"), 1, 2)
     warm.fill(op, small, torch.empty(small.send_numel))
@@ -108,11 +121,10 @@ PEAK_SCRIPT = textwrap.dedent(
     send = torch.ones(buffers.send_numel)
     recv = torch.ones(buffers.recv_numel)
     data = PatternData(torch, torch.device("cpu"), 1, 2)
-    before, peak_before = resident(), peak()
-    data.fill(op, buffers, send)
-    after_fill = peak()
-    data.matches(op, buffers, recv)
-    print(json.dumps({"before": before, "peak_before": peak_before, "fill": after_fill, "check": peak()}))
+    before = resident()
+    fill = sampled(lambda: data.fill(op, buffers, send))
+    check = sampled(lambda: data.matches(op, buffers, recv))
+    print(json.dumps({"before": before, "fill": fill, "check": check}))
     """
 )
 
@@ -125,7 +137,6 @@ def test_fill_and_check_need_far_less_than_the_buffer_again(op: str) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     measured = json.loads(done.stdout)
-    assert measured["peak_before"] <= measured["before"] + (32 << 20), measured  # the baseline is the peak so far
     extra = max(measured["fill"], measured["check"]) - measured["before"]
     # one span's temporaries (~20 MiB) plus allocator slack; the whole-buffer version needed ~8x the buffer
     assert extra < size // 4, f"{extra / (1 << 20):.0f} MiB extra for a {size >> 20} MiB buffer"
