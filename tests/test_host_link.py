@@ -319,9 +319,8 @@ def test_on_grace_the_host_link_item_also_judges_the_c2c_links() -> None:
     assert host_link.with_c2c(alone, host_link.c2c_link(pcie, 0)) is alone
 
 
-def test_a_c2c_link_at_zero_gb_s_fails_and_a_snapshot_with_it_is_refused(tmp_path: Path) -> None:
+def test_a_c2c_link_at_zero_gb_s_fails_live_and_replayed_alike(tmp_path: Path) -> None:
     from pytest_nvlink.model.document import save_snapshot
-    from pytest_nvlink.model.records import SnapshotError
 
     ctx = _c2c_context()
     gpu = ctx.node.gpus[0]
@@ -329,10 +328,11 @@ def test_a_c2c_link_at_zero_gb_s_fails_and_a_snapshot_with_it_is_refused(tmp_pat
     gpu.c2c.links[3] = C2CLink(3, True, 0.0)
     verdict = host_link.c2c_link(ctx, 0)
     assert verdict.outcome is Outcome.FAIL and "link 3 0.0 GB/s, below 40.0 GB/s" in verdict.message
+    # A live run saves what NVML said (an inactive link may report 0): the replay reads it and judges the same.
     path = tmp_path / "zero.json"
     save_snapshot(ctx.node, path)
-    with pytest.raises(SnapshotError, match=r"c2c\.links\[3\]\.max_bandwidth_gbps"):
-        load_snapshot(path)
+    replayed = Context(load_snapshot(path), ctx.suite, ctx.thresholds)
+    assert host_link.c2c_link(replayed, 0).message == verdict.message
 
 
 def test_every_floor_waived_with_the_spread_key_still_set_does_not_apply_and_does_not_crash() -> None:

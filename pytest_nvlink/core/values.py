@@ -20,7 +20,6 @@ from typing import Any, Union
 _POSITIVE: frozenset[str] = frozenset(
     {
         "speed_gbps",
-        "max_bandwidth_gbps",  # C2CLink: an NVLink-C2C link's speed
         "version",
         "value",  # P2PMeasurement: GB/s or microseconds, both > 0
         "bytes_copied",
