@@ -57,6 +57,19 @@ def receive(conn: Connection) -> tuple[Any, ...] | None:
     return message
 
 
+def next_message(conn: Connection, process: SpawnProcess, until: float) -> tuple[Any, ...] | str:
+    """The child's next message before ``until`` (``time.monotonic()``), or "timeout", or "died" (it exited or
+    closed its pipe with nothing left to read)."""
+    while True:
+        left = until - time.monotonic()
+        if left <= 0:
+            return "timeout"
+        if conn.poll(min(left, 0.2)):
+            return receive(conn) or "died"
+        if not process.is_alive() and not conn.poll(0):
+            return "died"
+
+
 def describe_exit(exitcode: int | None) -> str:
     if exitcode is None:
         return "still running"

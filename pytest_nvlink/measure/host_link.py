@@ -222,16 +222,9 @@ def _pump(
     conn: Connection, process: Any, deadline: float, found: dict[str, HostLinkMeasurement], state: dict[str, str]
 ) -> str | None:
     while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return "timeout"
-        if not conn.poll(min(remaining, 0.2)):
-            if not process.is_alive() and not conn.poll(0):
-                return "died"
-            continue
-        message = _proc.receive(conn)
-        if message is None:
-            return "died"
+        message = _proc.next_message(conn, process, deadline)
+        if isinstance(message, str):
+            return message  # "timeout" or "died"
         if message[0] == "done":
             return None
         if message[0] == "fatal":

@@ -134,13 +134,11 @@ class Supervisor:
                 return "timeout"
             if child.overdue(now, self.limits.pair_s):
                 return "hung"
-            if not conn.poll(min(deadline - now, 0.2)):
-                if not process.is_alive() and not conn.poll(0):
-                    return "died"
+            message = _proc.next_message(conn, process, min(deadline, now + 0.2))  # then check the pair again
+            if message == "timeout":
                 continue
-            message = _proc.receive(conn)
-            if message is None:
-                return "died"
+            if isinstance(message, str):
+                return message  # "died"
             end = self._handle(message, child)
             if end is not None:
                 return end

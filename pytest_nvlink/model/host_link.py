@@ -85,5 +85,13 @@ def worst_host_link(figures: list[HostLinkMeasurement], gpu: int, direction: str
     return min(found, key=_badness, default=None)
 
 
+def worst_host_links(figures: list[HostLinkMeasurement]) -> dict[tuple[int, str], HostLinkMeasurement]:
+    """:func:`worst_host_link` of every (GPU, direction) recorded, in recorded order; pairs with no figure held
+    to the pinned floors are left out."""
+    keys = dict.fromkeys((m.gpu, m.direction) for m in figures)
+    found = {key: worst_host_link(figures, *key) for key in keys}
+    return {key: m for key, m in found.items() if m is not None}
+
+
 def _badness(m: HostLinkMeasurement) -> tuple[int, float]:
     return (0, 0.0) if m.value is None or m.error is not None else (1, m.value)

@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from pytest_nvlink.core.atomic import write_text_atomically
 from pytest_nvlink.model import Node
-from pytest_nvlink.model.host_link import worst_host_link
+from pytest_nvlink.model.host_link import worst_host_links
 from pytest_nvlink.record.results import Results
 
 PREFIX = "pytest_nvlink"
@@ -106,10 +106,8 @@ def _figures(registry: CollectorRegistry, host: str, node: Node) -> None:
         ["host", "gpu", "direction"],
         registry=registry,
     )
-    figures = node.measurements.host_link
-    for gpu, direction in dict.fromkeys((m.gpu, m.direction) for m in figures):
-        figure = worst_host_link(figures, gpu, direction)  # the figure the judge reads
-        if figure is not None and figure.value is not None and figure.error is None:
+    for (gpu, direction), figure in worst_host_links(node.measurements.host_link).items():  # as the judge reads
+        if figure.value is not None and figure.error is None:
             host_link.labels(host, str(gpu), direction).set(figure.value)
 
 

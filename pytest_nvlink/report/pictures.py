@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pytest_nvlink.config.suites import path_matches
 from pytest_nvlink.model import Node, nvlink_count_of_path
 from pytest_nvlink.model.figures import worst_measured
-from pytest_nvlink.model.host_link import worst_host_link
+from pytest_nvlink.model.host_link import worst_host_links
 from pytest_nvlink.record.run import Run
 
 # ColorBrewer YlGn (the scale nvloom's plot_heatmaps.py uses): low = yellow, high = dark green.
@@ -208,12 +208,10 @@ class HostLinkBar:
 def host_link_bars(run: Run, scale: Scale, failing: set[int]) -> list[HostLinkBar]:
     """Each GPU's host-link figures (the one judged per direction), GPU by GPU; ``failing``: GPUs whose verdict
     failed."""
-    recorded = run.node.measurements.host_link
-    figures: dict[tuple[int, str], float | None] = {}
-    for gpu, direction in dict.fromkeys((m.gpu, m.direction) for m in recorded):
-        m = worst_host_link(recorded, gpu, direction)
-        if m is not None:
-            figures[(gpu, direction)] = None if m.error is not None else m.value
+    figures = {
+        key: None if m.error is not None else m.value
+        for key, m in worst_host_links(run.node.measurements.host_link).items()
+    }
     gpus = sorted({gpu for gpu, _ in figures})
     bars = []
     for gpu in gpus:

@@ -51,8 +51,14 @@ _CSV = re.compile(
 # Lines that state nothing about a figure: the banner's second line, the closing NOTE, shmoo's progress dots.
 # A comment line of a saved log ("# ...") and the tool's command line ("$ ./bandwidthTest --device=0") too.
 _IRRELEVANT = re.compile(r"Running on\.*|NOTE:.*|\.+|#.*|(?:\S*[$%>]\s+)?(?:sudo\s+)?\S*bandwidthTest\b.*")
-_KINDS = {"Host to Device": "h2d", "Device to Host": "d2h", "Device to Device": "d2d", "H2D": "h2d", "D2H": "d2h"}
-_KINDS["D2D"] = "d2d"
+_KINDS = {
+    "Host to Device": "h2d",
+    "Device to Host": "d2h",
+    "Device to Device": "d2d",
+    "H2D": "h2d",
+    "D2H": "d2h",
+    "D2D": "d2d",
+}
 # One MB/s of the older versions' formula, in GB/s (1e9 bytes/s).
 MBS_IN_GBS = 1024 * 1000 / 1e9
 
