@@ -416,6 +416,11 @@ CASES: tuple[Case, ...] = (
                 frozenset({"delete"}),
             ),
             Irrelevant(
+                "a host-link figure's unit, which reads as GB/s (its only unit) when absent",
+                r'^\s*"unit": "GB/s",$',
+                frozenset({"delete"}),
+            ),
+            Irrelevant(
                 "a list or table of the node whose absence reads as the same empty default",
                 r'^\s*"(?:provenance|unknown_reasons|evidence_notes|probe_errors|host_link)": (?:\{\}|\[\]),?$',
                 frozenset({"delete"}),
